@@ -1,0 +1,15 @@
+"""The one error type users see: a message that names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class GpulabError(Exception):
+    """A user-facing failure. `str(err)` is the whole message; the CLI prints it and exits non-zero."""
+
+    exit_code = 2
+
+
+class IncompatibleStack(GpulabError):
+    """The requested driver/CUDA/cuDNN/framework stack cannot work on the GPU(s); exit 1 like a failed check."""
+
+    exit_code = 1

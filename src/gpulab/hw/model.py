@@ -1,0 +1,194 @@
+"""The host fingerprint: what a machine is, as plain typed records.
+
+Discovery (NVML, nvidia-smi captures, sysfs, /proc) fills these; the report stores `Fingerprint.to_dict()`
+under its `fingerprint` key, and `Fingerprint.from_dict()` reads it back for compare. The JSON shape is fixed
+by `gpulab/report/schema.json`; change both together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PcieLink:
+    gen_current: int | None = None
+    gen_max: int | None = None
+    width_current: int | None = None
+    width_max: int | None = None
+
+    @property
+    def at_max(self) -> bool | None:
+        """True when the link runs at its maximum generation and width; None when unknown."""
+        vals = (self.gen_current, self.gen_max, self.width_current, self.width_max)
+        if any(v is None for v in vals):
+            return None
+        return self.gen_current == self.gen_max and self.width_current == self.width_max
+
+    def __str__(self) -> str:
+        def part(cur: int | None, top: int | None, prefix: str) -> str:
+            return f"{prefix}{cur if cur is not None else '?'}/{top if top is not None else '?'}"
+
+        return f"{part(self.gen_current, self.gen_max, 'gen')} {part(self.width_current, self.width_max, 'x')}"
+
+
+@dataclass
+class EccErrors:
+    """ECC error counts; `volatile` since the driver loaded, `aggregate` over the board's life."""
+
+    volatile_corrected: int | None = None
+    volatile_uncorrected: int | None = None
+    aggregate_corrected: int | None = None
+    aggregate_uncorrected: int | None = None
+
+
+@dataclass
+class MemoryRetirement:
+    """Retired pages (Pascal/Volta) or remapped rows (Ampere and later); None where not supported."""
+
+    retired_single_bit: int | None = None
+    retired_double_bit: int | None = None
+    retired_pending: bool | None = None
+    remapped_correctable: int | None = None
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+
+
+@dataclass
+class NvLinkInfo:
+    link: int
+    active: bool
+    peer_bus_id: str | None = None
+    bandwidth_gbps: float | None = None
+
+
+@dataclass
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+    bus_id: str  # normalised sysfs form, "0000:3b:00.0"
+    pci_device_id: str  # "10de:2335", vendor:device in lower-case hex
+    pci_subsystem_id: str | None = None  # "10de:18bf"
+    architecture: str | None = None
+    compute_capability: str | None = None  # "9.0"
+    numa_node: int | None = None
+    pcie: PcieLink = field(default_factory=PcieLink)
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    ecc_enabled: bool | None = None
+    ecc_errors: EccErrors = field(default_factory=EccErrors)
+    retirement: MemoryRetirement = field(default_factory=MemoryRetirement)
+    persistence_mode: bool | None = None
+    virtualization_mode: str | None = None  # "Pass-Through", "None", "VGPU"...
+    vbios_version: str | None = None
+    performance_state: str | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    max_mem_clock_mhz: int | None = None
+    throttle_reasons: list[str] = field(default_factory=list)  # active ones, e.g. ["gpu_idle"]
+    temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    nvlinks: list[NvLinkInfo] = field(default_factory=list)
+
+
+@dataclass
+class CpuInfo:
+    model: str | None = None
+    vendor: str | None = None
+    sockets: int | None = None
+    cores: int | None = None  # physical cores, all sockets
+    threads: int | None = None  # logical CPUs online
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NumaNode:
+    node: int
+    cpus: str  # cpulist form, "0-31,64-95"
+    memory_mib: int | None = None
+
+
+@dataclass
+class IommuGroup:
+    group: int
+    devices: list[str]  # PCI addresses
+
+
+@dataclass
+class HostInfo:
+    hostname: str
+    os: str | None = None  # PRETTY_NAME
+    kernel: str | None = None
+    memory_total_mib: int | None = None
+    hypervisor: str | None = None  # None = bare metal; else "KVM", "VMware", "Firecracker"...
+    hypervisor_evidence: list[str] = field(default_factory=list)  # which sources said so
+    iommu_enabled: bool | None = None
+    iommu_groups: list[IommuGroup] = field(default_factory=list)
+    numa_nodes: list[NumaNode] = field(default_factory=list)
+    cpu: CpuInfo = field(default_factory=CpuInfo)
+
+
+@dataclass
+class FrameworkInfo:
+    name: str  # "torch", "tensorflow"
+    version: str
+    built_cuda: str | None = None
+    built_cudnn: str | None = None
+    nccl: str | None = None
+    sees_gpus: int | None = None  # GPUs the framework reports; None when it was not asked
+    error: str | None = None  # why it could not be imported or queried
+
+
+@dataclass
+class SoftwareInfo:
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # what the driver supports, "13.0"
+    toolkits: list[dict[str, str]] = field(default_factory=list)  # [{"path": ..., "version": ...}]
+    nvcc_version: str | None = None
+    cudnn_version: str | None = None
+    nccl_version: str | None = None
+    python: str | None = None
+    frameworks: list[FrameworkInfo] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE...
+
+
+@dataclass
+class Fingerprint:
+    host: HostInfo
+    software: SoftwareInfo = field(default_factory=SoftwareInfo)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    # topology[i][j]: link kind between GPU i and j as `nvidia-smi topo -m` names it ("NV18", "PIX", "SYS"...)
+    topology: list[list[str]] = field(default_factory=list)
+    gpu_source: str = "none"  # "nvml", "nvidia-smi-xml:<path>" or "none"
+    gpu_absent_reason: str | None = None  # one line when no GPU was found, e.g. "no NVIDIA GPU/driver found: ..."
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
+        return _build(cls, data)
+
+
+def _build(kind: Any, data: dict[str, Any]) -> Any:
+    """Rebuild nested dataclasses from `asdict` output (the report's fingerprint); unknown keys are ignored."""
+    hints = typing.get_type_hints(kind)
+    return kind(**{f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(kind) if f.name in data})
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and args and dataclasses.is_dataclass(args[0]):
+        return [_build(args[0], v) for v in value]
+    return value

@@ -1,0 +1,152 @@
+"""The report's records, as typed dataclasses.
+
+One report per run, `schema: "gpulab.report/1"`; the JSON shape is fixed by `schema.json` beside this file
+(validated on write and on load). Every measured number is "higher is better" (throughput, TFLOP/s, GB/s),
+so compare can treat all rows alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpulab import __version__
+
+SCHEMA_ID = "gpulab.report/1"
+
+Status = Literal["pass", "fail", "skip", "error"]
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "error")
+
+
+@dataclass
+class Threshold:
+    """A pass/fail bound with where it came from, so a verdict can be argued with."""
+
+    name: str  # "matmul_bf16.min_pct_of_spec"
+    value: float
+    unit: str  # "%", "GB/s", "x"
+    source: str  # "NVIDIA H200 datasheet (989 TFLOP/s dense bf16)", "gpulab default"
+    basis: str | None = None  # how the value was derived: "0.6 x spec", "measured 785 on H200, x0.8"
+
+
+@dataclass
+class Check:
+    name: str  # "health.pcie_link[0000:00:06.0]"
+    status: Status
+    message: str  # the cause and the fix when it is not "pass"
+    evidence: dict[str, Any] = field(default_factory=dict)
+    threshold: str | None = None  # Threshold.name this check was judged against
+    seconds: float | None = None
+
+
+@dataclass
+class TelemetrySummary:
+    samples: int
+    interval_s: float
+    per_gpu: list[dict[str, Any]] = field(default_factory=list)  # {index, util_mean, mem_max_mib, power_mean_w, ...}
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
+
+
+@dataclass
+class Result:
+    """One measurement. Key for compare: workload x framework x launcher x n x precision x device."""
+
+    workload: str  # "style_transfer", "resnet50", "matmul", "copy_d2d", "h2d_pinned", "allreduce"
+    framework: str  # "torch", "tensorflow", "nccl-tests"
+    launcher: str  # "cpu", "gpu", "ddp", "dataparallel", "mirrored", "sweep"
+    n: int  # devices used (GPUs, or CPU threads for launcher "cpu")
+    precision: str  # "fp32", "tf32", "bf16", "fp16", "int8", "none" for copies
+    value: float  # higher is better
+    unit: str  # "samples/s", "TFLOP/s", "GB/s", "iterations/s"
+    device: str | None = None  # "cuda:0" for a per-device row; None for a row over all `n` devices
+    devices: list[str] = field(default_factory=list)
+    batch: int | None = None
+    seconds: float | None = None
+    iterations: int | None = None
+    spec_value: float | None = None  # the SKU's datasheet figure in `unit`, when one exists
+    pct_of_spec: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # size, threads, data source, weights...
+    telemetry: TelemetrySummary | None = None
+
+    def key(self) -> tuple[str, str, str, int, str, str]:
+        return (self.workload, self.framework, self.launcher, self.n, self.precision, self.device or "")
+
+
+@dataclass
+class Speedup:
+    workload: str
+    framework: str
+    precision: str
+    from_: str  # "cpu:1", "cpu:64", "gpu:1"
+    to: str
+    ratio: float
+
+
+@dataclass
+class Scaling:
+    workload: str
+    framework: str
+    launcher: str
+    precision: str
+    n: int
+    throughput: float
+    speedup: float  # throughput(n) / throughput(1)
+    efficiency: float  # speedup / n
+    expected: float | None = None  # expected efficiency
+    expected_source: str | None = None
+
+
+@dataclass
+class Report:
+    fingerprint: dict[str, Any]  # gpulab.hw.model.Fingerprint.to_dict()
+    tier: str = "quick"
+    checks: list[Check] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    speedups: list[Speedup] = field(default_factory=list)
+    scaling: list[Scaling] = field(default_factory=list)
+    thresholds: list[Threshold] = field(default_factory=list)
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    gpulab_version: str = __version__
+    command: str | None = None  # how the run was started
+    duration_s: float | None = None
+    interrupted: bool = False  # the run was stopped (Ctrl-C) before every test ran
+    schema: str = SCHEMA_ID
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for sp in data["speedups"]:
+            sp["from"] = sp.pop("from_")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        d = dict(data)
+        return cls(
+            fingerprint=d["fingerprint"],
+            tier=d.get("tier", "quick"),
+            checks=[Check(**c) for c in d.get("checks", [])],
+            results=[_result(r) for r in d.get("results", [])],
+            speedups=[Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])],
+            scaling=[Scaling(**s) for s in d.get("scaling", [])],
+            thresholds=[Threshold(**t) for t in d.get("thresholds", [])],
+            created=d["created"],
+            gpulab_version=d["gpulab_version"],
+            command=d.get("command"),
+            duration_s=d.get("duration_s"),
+            interrupted=d.get("interrupted", False),
+            schema=d["schema"],
+        )
+
+    def add_threshold(self, threshold: Threshold) -> str:
+        """Record a threshold once (by name) and return its name for a Check to cite."""
+        if all(t.name != threshold.name for t in self.thresholds):
+            self.thresholds.append(threshold)
+        return threshold.name
+
+
+def _result(data: dict[str, Any]) -> Result:
+    d = dict(data)
+    tel = d.pop("telemetry", None)
+    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None)
