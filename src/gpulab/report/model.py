@@ -45,8 +45,10 @@ class Check:
 class TelemetrySummary:
     samples: int
     interval_s: float
-    per_gpu: list[dict[str, Any]] = field(default_factory=list)  # {index, util_mean, mem_max_mib, power_mean_w, ...}
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
+    # per_gpu: {index, util_mean, mem_max_mib, power_mean_w, ...}
+    per_gpu: list[dict[str, Any]] = field(default_factory=list)
+    # timeline: {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -128,7 +130,9 @@ class Report:
             tier=d.get("tier", "quick"),
             checks=[Check(**c) for c in d.get("checks", [])],
             results=[_result(r) for r in d.get("results", [])],
-            speedups=[Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])],
+            speedups=[
+                Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])
+            ],
             scaling=[Scaling(**s) for s in d.get("scaling", [])],
             thresholds=[Threshold(**t) for t in d.get("thresholds", [])],
             created=d["created"],

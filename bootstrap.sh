@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set up gpulab in a virtual environment and run it.
+#
+#   ./bootstrap.sh [validate] [pytest options]   validate this machine; prints the report's path
+#   ./bootstrap.sh test [pytest options]         run gpulab's own tests
+#
+# GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS (default torch,dev) the extras installed.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+venv=${GPULAB_VENV:-.venv}
+extras=${GPULAB_EXTRAS:-torch,dev}
+action=${1:-validate}
+[ $# -gt 0 ] && shift
+
+die() { echo "bootstrap: $*" >&2; exit 2; }
+
+case "$action" in
+  validate|test) ;;
+  *) die "unknown action '$action': use './bootstrap.sh validate' or './bootstrap.sh test'" ;;
+esac
+
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || die "$python not found: install Python >= 3.10 (apt-get install python3)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "$("$python" -V 2>&1) is too old: gpulab needs Python >= 3.10"
+
+# Debian and Ubuntu ship venv and ensurepip separately from python3.
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  else
+    die "Python's venv module is missing: run 'sudo apt-get install python3-venv' and try again"
+  fi
+fi
+
+stamp_want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-$extras
+stamp_file=$venv/.gpulab-installed
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]; then
+  echo "bootstrap: installing gpulab[$extras] into $venv (pinned by constraints.txt)"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
+  echo "$stamp_want" > "$stamp_file"
+else
+  # The environment may come from another checkout: point gpulab at this one (no dependency changes).
+  "$venv/bin/python" -m pip install -q --no-deps -e .
+fi
+
+case "$action" in
+  validate) exec "$venv/bin/python" -m pytest validate/ -p no:cacheprovider "$@" ;;
+  test) exec "$venv/bin/python" -m pytest tests/ "$@" ;;
+esac

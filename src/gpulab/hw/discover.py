@@ -1,0 +1,113 @@
+"""Put the host, GPU and software discovery together into one Fingerprint."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+from gpulab.hw import nvml
+from gpulab.hw.host import host_info
+from gpulab.hw.model import Fingerprint, GpuInfo
+from gpulab.hw.smi_nvlink import parse_nvlink
+from gpulab.hw.smi_topo import Topology, parse_topo
+from gpulab.hw.smi_xml import parse_smi_xml
+from gpulab.hw.software import software_info
+
+# Used only when the compat matrix cannot say: architectures with one compute capability among the
+# boards that report that architecture name (Ampere, Pascal and Blackwell span several).
+_CC_BY_ARCH = {"Volta": "7.0", "Turing": "7.5", "Ada Lovelace": "8.9", "Hopper": "9.0"}
+
+
+def _compat_cc(pci_device_id: str) -> str | None:
+    """Compute capability from gpulab.compat's table when that package is present."""
+    try:
+        # Looked up by name: that package is optional here and its API may still move.
+        gpu_by_pci_id = getattr(importlib.import_module("gpulab.compat"), "gpu_by_pci_id", None)
+    except Exception:  # absent or broken: the arch table below still answers for most boards
+        return None
+    if gpu_by_pci_id is None:
+        return None
+    try:
+        entry: Any = gpu_by_pci_id(pci_device_id)
+    except Exception:
+        return None
+    if entry is None:
+        return None
+    value = entry.get("compute_capability") if isinstance(entry, dict) else None
+    value = value or getattr(entry, "compute_capability", None)
+    return str(value) if value else None
+
+
+def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
+    """numa_node of the GPU's PCI function; only trusted when that function is the same NVIDIA device."""
+    dev = root / "sys/bus/pci/devices" / gpu.bus_id
+    try:
+        vendor = (dev / "vendor").read_text().strip().lower()
+        device = (dev / "device").read_text().strip().lower()
+        node = int((dev / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if f"{vendor[2:]}:{device[2:]}" != gpu.pci_device_id:
+        return None  # a capture from another machine: this bus address is something else here
+    return node if node >= 0 else None
+
+
+def _fill(gpus: list[GpuInfo], root: Path, topo: Topology | None) -> None:
+    for gpu in gpus:
+        if gpu.compute_capability is None:
+            gpu.compute_capability = _compat_cc(gpu.pci_device_id) or _CC_BY_ARCH.get(gpu.architecture or "")
+        gpu.numa_node = _sysfs_numa(root, gpu)
+        if gpu.numa_node is None and topo is not None and gpu.index < len(topo.affinity):
+            # The kernel gives -1 in VMs without a NUMA description; nvidia-smi's affinity still names a node.
+            numa = topo.affinity[gpu.index].numa
+            if numa and re.fullmatch(r"\d+", numa):
+                gpu.numa_node = int(numa)
+
+
+def fingerprint(
+    *,
+    smi_xml: Path | None = None,
+    topo_file: Path | None = None,
+    nvlink_file: Path | None = None,
+    probe_frameworks: bool = True,
+    root: Path = Path("/"),
+) -> Fingerprint:
+    """Describe this host. GPUs come from live NVML, or from a `nvidia-smi -q -x` capture when given.
+
+    `topo_file` (`nvidia-smi topo -m`) replaces the NVML-derived matrix; `nvlink_file` (`nvidia-smi
+    nvlink -s`) fills per-GPU NVLinks when the GPU source has none (captures never do).
+    """
+    host = host_info(root)
+    topo = parse_topo(topo_file) if topo_file is not None else None
+    if smi_xml is not None:
+        driver, cuda, gpus = parse_smi_xml(smi_xml)
+        source = f"nvidia-smi-xml:{smi_xml}"
+        topology: list[list[str]] = []
+        reason = None if gpus else f"{nvml.ABSENT}the capture {smi_xml} lists no GPU"
+    else:
+        result = nvml.query(root=root)
+        driver, cuda, gpus = result.driver_version, result.cuda_driver_version, result.gpus
+        source = "nvml" if gpus else "none"
+        topology = result.topology
+        reason = result.absent_reason
+    if topo is not None:
+        topology = topo.matrix
+    if nvlink_file is not None:
+        links = parse_nvlink(nvlink_file)
+        for gpu in gpus:
+            if not gpu.nvlinks:
+                gpu.nvlinks = links.get(gpu.index, [])
+    _fill(gpus, root, topo)
+    software = software_info(
+        driver_version=driver, cuda_driver_version=cuda, probe_frameworks=probe_frameworks, root=root
+    )
+    return Fingerprint(
+        host=host,
+        software=software,
+        gpus=gpus,
+        topology=topology,
+        gpu_source=source,
+        gpu_absent_reason=reason,
+    )

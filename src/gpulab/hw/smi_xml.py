@@ -1,0 +1,254 @@
+"""Read a captured `nvidia-smi -q -x` report into GpuInfo records.
+
+The XML layout has moved between driver branches (ECC counters, throttle -> clock-event reasons); every
+lookup tolerates a missing element and "N/A" so one capture format change never breaks the whole parse.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from gpulab.errors import GpulabError
+from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, PcieLink
+
+_FIX = "capture it with `nvidia-smi -q -x > FILE`"
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_UNKNOWN = {
+    "",
+    "N/A",
+    "[N/A]",
+    "Unknown Error",
+    "Not Supported",
+    "[Not Supported]",
+    "Requested functionality",
+}
+
+# XML tag suffix -> the short reason name shared with the NVML path (see nvml.THROTTLE_BITS).
+_REASON_SUFFIXES = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "display_clocks_setting",
+)
+
+
+def normalise_bus_id(raw: str) -> str:
+    """ "00000000:00:06.0" (nvidia-smi/NVML, 8-digit domain) -> "0000:00:06.0" (sysfs); lower-case hex."""
+    raw = raw.strip().lower()
+    m = re.fullmatch(r"(?:([0-9a-f]+):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])", raw)
+    if not m:
+        return raw
+    domain = int(m.group(1) or "0", 16) & 0xFFFF  # sysfs shows 16 bits of domain
+    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+
+
+def split_pci_id(raw: str | int | None) -> str | None:
+    """ "233510DE" or 0x233510DE (device<<16 | vendor) -> "10de:2335"."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw, 16) if isinstance(raw, str) else int(raw)
+    except ValueError:
+        return None
+    return f"{value & 0xFFFF:04x}:{(value >> 16) & 0xFFFF:04x}"
+
+
+def _text(node: ET.Element | None, path: str) -> str | None:
+    if node is None:
+        return None
+    found = node.find(path)
+    if found is None or found.text is None:
+        return None
+    value = found.text.strip()
+    if value in _UNKNOWN or value.startswith("Requested functionality"):
+        return None
+    return value
+
+
+def _num(node: ET.Element | None, path: str) -> float | None:
+    value = _text(node, path)
+    if value is None:
+        return None
+    m = _NUMBER.search(value)
+    return float(m.group()) if m else None
+
+
+def _int(node: ET.Element | None, path: str) -> int | None:
+    value = _num(node, path)
+    return int(value) if value is not None else None
+
+
+def _flag(node: ET.Element | None, path: str) -> bool | None:
+    value = _text(node, path)
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in ("enabled", "yes", "active", "on", "true"):
+        return True
+    if lowered in ("disabled", "no", "not active", "off", "false"):
+        return False
+    return None
+
+
+def _sum(node: ET.Element | None, paths: tuple[str, ...]) -> int | None:
+    """Sum counters that exist; None when none of them has a number (N/A everywhere)."""
+    values = [v for v in (_int(node, p) for p in paths) if v is not None]
+    return sum(values) if values else None
+
+
+def _ecc(gpu: ET.Element) -> EccErrors:
+    errors = gpu.find("ecc_errors")
+    out = EccErrors()
+    if errors is None:
+        return out
+    for scope in ("volatile", "aggregate"):
+        node = errors.find(scope)
+        if node is None:
+            continue
+        if node.find("single_bit") is not None or node.find("double_bit") is not None:
+            # Older drivers: <single_bit><total>, <double_bit><total>.
+            corrected = _int(node, "single_bit/total")
+            uncorrected = _int(node, "double_bit/total")
+        else:
+            # Newer drivers split SRAM and DRAM counters; the board's totals are the sums.
+            corrected = _sum(node, ("sram_correctable", "dram_correctable"))
+            uncorrected = _sum(
+                node,
+                (
+                    "sram_uncorrectable",
+                    "sram_uncorrectable_parity",
+                    "sram_uncorrectable_secded",
+                    "dram_uncorrectable",
+                ),
+            )
+        setattr(out, f"{scope}_corrected", corrected)
+        setattr(out, f"{scope}_uncorrected", uncorrected)
+    return out
+
+
+def _retirement(gpu: ET.Element) -> MemoryRetirement:
+    pages = gpu.find("retired_pages")
+    rows = gpu.find("remapped_rows")
+    pending = _flag(pages, "pending_retirement")
+    if pending is None:
+        pending = _flag(pages, "pending_blacklist")
+    return MemoryRetirement(
+        retired_single_bit=_int(pages, "multiple_single_bit_retirement/retired_count"),
+        retired_double_bit=_int(pages, "double_bit_retirement/retired_count"),
+        retired_pending=pending,
+        remapped_correctable=_int(rows, "remapped_row_corr"),
+        remapped_uncorrectable=_int(rows, "remapped_row_unc"),
+        remap_pending=_flag(rows, "remapped_row_pending"),
+        remap_failure=_flag(rows, "remapped_row_failure"),
+    )
+
+
+def _reasons(gpu: ET.Element) -> list[str]:
+    # Driver 535+ says clocks_event_reasons; older ones clocks_throttle_reasons / clocks_throttle_reason_*.
+    for block, prefixes in (
+        ("clocks_event_reasons", ("clocks_event_reason_",)),
+        ("clocks_throttle_reasons", ("clocks_throttle_reason_", "clocks_event_reason_")),
+    ):
+        node = gpu.find(block)
+        if node is None:
+            continue
+        active: list[str] = []
+        for child in node:
+            name = child.tag
+            for prefix in prefixes:
+                if name.startswith(prefix):
+                    name = name[len(prefix) :]
+                    break
+            if name == "unknown" or (child.text or "").strip() != "Active":
+                continue
+            if name == "user_defined_clocks":  # pre-R450 name of applications_clocks_setting
+                name = "applications_clocks_setting"
+            active.append(name)
+        return sorted(active, key=lambda n: (*_REASON_SUFFIXES, n).index(n))
+    return []
+
+
+def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
+    pci = gpu.find("pci")
+    bus_raw = _text(pci, "pci_bus_id") or gpu.get("id") or ""
+    link = pci.find("pci_gpu_link_info") if pci is not None else None
+    power = gpu.find("gpu_power_readings")
+    if power is None:
+        power = gpu.find("power_readings")  # pre-R530 name
+    draw = _num(power, "instant_power_draw")
+    if draw is None:
+        draw = _num(power, "power_draw")
+    if draw is None:
+        draw = _num(power, "average_power_draw")
+    limit = _num(power, "current_power_limit")
+    if limit is None:
+        limit = _num(power, "enforced_power_limit")
+    if limit is None:
+        limit = _num(power, "power_limit")
+    return GpuInfo(
+        index=index,
+        name=_text(gpu, "product_name") or "unknown",
+        uuid=_text(gpu, "uuid") or "",
+        bus_id=normalise_bus_id(bus_raw),
+        pci_device_id=split_pci_id(_text(pci, "pci_device_id")) or "",
+        pci_subsystem_id=split_pci_id(_text(pci, "pci_sub_system_id")),
+        architecture=_text(gpu, "product_architecture"),
+        pcie=PcieLink(
+            gen_current=_int(link, "pcie_gen/current_link_gen"),
+            gen_max=_int(link, "pcie_gen/max_link_gen"),
+            width_current=_int(link, "link_widths/current_link_width"),
+            width_max=_int(link, "link_widths/max_link_width"),
+        ),
+        memory_total_mib=_int(gpu, "fb_memory_usage/total"),
+        memory_used_mib=_int(gpu, "fb_memory_usage/used"),
+        ecc_enabled=_flag(gpu, "ecc_mode/current_ecc"),
+        ecc_errors=_ecc(gpu),
+        retirement=_retirement(gpu),
+        persistence_mode=_flag(gpu, "persistence_mode"),
+        virtualization_mode=_text(gpu, "gpu_virtualization_mode/virtualization_mode"),
+        vbios_version=_text(gpu, "vbios_version"),
+        performance_state=_text(gpu, "performance_state"),
+        sm_clock_mhz=_int(gpu, "clocks/sm_clock"),
+        mem_clock_mhz=_int(gpu, "clocks/mem_clock"),
+        max_sm_clock_mhz=_int(gpu, "max_clocks/sm_clock"),
+        max_mem_clock_mhz=_int(gpu, "max_clocks/mem_clock"),
+        throttle_reasons=_reasons(gpu),
+        temperature_c=_num(gpu, "temperature/gpu_temp"),
+        power_draw_w=draw,
+        power_limit_w=limit,
+    )
+
+
+def parse_smi_xml_text(text: str, source: str = "<string>") -> tuple[str | None, str | None, list[GpuInfo]]:
+    """Parse XML text; `source` names it in errors. Returns (driver_version, cuda_version, gpus)."""
+    try:
+        # The DOCTYPE names an external DTD; ElementTree never fetches it.
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise GpulabError(f"{source}: not valid nvidia-smi XML ({err}; truncated?); {_FIX}") from err
+    if root.tag != "nvidia_smi_log":
+        raise GpulabError(f"{source}: not an nvidia-smi report (root <{root.tag}>, expected <nvidia_smi_log>); {_FIX}")
+    gpus = [_gpu(i, node) for i, node in enumerate(root.findall("gpu"))]
+    attached = _int(root, "attached_gpus")
+    if attached is not None and attached != len(gpus):
+        raise GpulabError(f"{source}: says {attached} GPUs attached but holds {len(gpus)} <gpu> entries (cut?); {_FIX}")
+    for gpu in gpus:
+        if not gpu.uuid or not gpu.bus_id:
+            raise GpulabError(f"{source}: GPU {gpu.index} has no uuid or PCI bus id; {_FIX}")
+    return _text(root, "driver_version"), _text(root, "cuda_version"), gpus
+
+
+def parse_smi_xml(path: Path) -> tuple[str | None, str | None, list[GpuInfo]]:
+    """Parse a `nvidia-smi -q -x` capture file. Returns (driver_version, cuda_version, gpus)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise GpulabError(f"{path}: cannot read nvidia-smi XML ({err.strerror or err}); {_FIX}") from err
+    return parse_smi_xml_text(text, str(path))

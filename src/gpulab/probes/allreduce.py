@@ -1,0 +1,151 @@
+"""All-reduce bus bandwidth over torch.distributed: NCCL on GPUs, gloo on CPUs.
+
+`run_allreduce()` starts one process per device through torch's elastic launcher (torchrun) and reads the
+result rank 0 writes. Bus bandwidth = algorithm bandwidth × 2(n-1)/n, the figure nccl-tests prints, so the
+two are comparable.
+
+    python -m gpulab.probes.allreduce --mib 256 --iters 20 --out result.json   # one rank, under torchrun
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpulab.errors import GpulabError
+from gpulab.report.model import Result
+
+# gloo aborts at start-up now and then (SIGABRT in its rendezvous); one retry hides that flake, not real errors.
+_RETRIES = 1
+
+
+def bus_bandwidth(algbw_gbs: float, n: int) -> float:
+    return algbw_gbs * 2 * (n - 1) / n if n > 1 else algbw_gbs
+
+
+def _rank_main(mib: int, iters: int, out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if use_cuda else "cpu"
+    if use_cuda:
+        torch.cuda.set_device(device)
+    numel = mib * 2**20 // 4
+    buf = torch.ones(numel, dtype=torch.float32, device=device)
+
+    def sync() -> None:
+        if use_cuda:
+            torch.cuda.synchronize(device)
+
+    for _ in range(3):
+        dist.all_reduce(buf)
+    sync()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)
+    sync()
+    per_iter = (time.perf_counter() - start) / iters
+    # Every rank must agree: a sum of ones over `world` ranks, applied (3 + iters) times, grows as world**k.
+    # Reset and check one reduction so a broken transport cannot report a fast, wrong result.
+    buf.fill_(1.0)
+    dist.all_reduce(buf)
+    sync()
+    correct = bool(torch.all(buf == world).item())
+    times = [None] * world
+    dist.all_gather_object(times, per_iter)
+    if rank == 0:
+        slowest = max(t for t in times if t is not None)
+        algbw = numel * 4 / slowest / 1e9
+        payload = {
+            "world": world,
+            "backend": dist.get_backend(),
+            "bytes": numel * 4,
+            "iters": iters,
+            "seconds_per_iter": slowest,
+            "algbw_gbs": algbw,
+            "busbw_gbs": bus_bandwidth(algbw, world),
+            "correct": correct,
+            "devices": [f"cuda:{i}" for i in range(world)] if use_cuda else ["cpu"] * world,
+        }
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(payload))
+        os.replace(tmp, out)
+    dist.destroy_process_group()
+
+
+def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float = 180.0) -> Result:
+    """All-reduce over `nprocs` local processes (one per visible GPU, or CPU processes over gloo)."""
+    if nprocs < 1:
+        raise GpulabError(f"all-reduce needs at least 1 process, got {nprocs}")
+    with tempfile.TemporaryDirectory(prefix="gpulab-allreduce-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nprocs}",
+            "-m",
+            "gpulab.probes.allreduce",
+            f"--mib={mib}",
+            f"--iters={iters}",
+            f"--out={out}",
+        ]
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        last = ""
+        for _attempt in range(_RETRIES + 1):
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            except subprocess.TimeoutExpired as err:
+                raise GpulabError(
+                    f"all-reduce over {nprocs} processes did not finish in {timeout_s:.0f} s: a hung collective "
+                    "usually means a broken P2P/NVLink path or a firewall on the rendezvous port; rerun with "
+                    "NCCL_DEBUG=INFO to see where it stops"
+                ) from err
+            if proc.returncode == 0 and out.exists():
+                data = json.loads(out.read_text())
+                break
+            last = (proc.stderr or proc.stdout)[-2000:]
+        else:
+            raise GpulabError(f"all-reduce over {nprocs} processes failed (exit {proc.returncode}):\n{last}")
+    return Result(
+        workload="allreduce",
+        framework="torch",
+        launcher="nccl" if data["backend"] == "nccl" else "gloo",
+        n=data["world"],
+        precision="fp32",
+        value=data["busbw_gbs"],
+        unit="GB/s",
+        devices=data["devices"],
+        seconds=data["seconds_per_iter"] * data["iters"],
+        iterations=data["iters"],
+        params={
+            "bytes": data["bytes"],
+            "algbw_gbs": data["algbw_gbs"],
+            "metric": "bus bandwidth",
+            "correct": data["correct"],
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one rank of the all-reduce probe (start it with torchrun)")
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    _rank_main(args.mib, args.iters, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""What a probe result should reach: the SKU's spec figure (from the compat matrix) and the bound, with provenance.
+
+A probe passes when it reaches `min_pct` of the spec. The bounds are deliberately below what plain reference
+scripts measure on an H200 (../reference/, 2026-11-21), so a healthy machine of another SKU passes and a real
+fault (a slow link, a throttled or broken GPU) does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulab.compat import GpuSpec
+from gpulab.hw.model import GpuInfo
+from gpulab.report.model import Check, Result, Threshold
+
+# PCIe usable GB/s per lane and direction after line coding (8b/10b up to gen2, 128b/130b for gen3-5,
+# FLIT for gen6): PCI-SIG base specifications.
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+PCIE_SOURCE = "PCI-SIG PCIe base specification: per-lane rate after line coding"
+
+
+def pcie_gbs(gen: int | None, width: int | None) -> float | None:
+    if gen is None or width is None or gen not in PCIE_LANE_GBS:
+        return None
+    return PCIE_LANE_GBS[gen] * width
+
+
+@dataclass(frozen=True)
+class Bound:
+    min_pct: float
+    basis: str
+
+
+# probe key (workload, precision) -> minimum % of spec, and why that number.
+BOUNDS: dict[tuple[str, str], Bound] = {
+    ("matmul", "bf16"): Bound(
+        60, "reference script: 785 of 989 TFLOP/s (79 %) on H200; 60 % leaves room for SKU clocks"
+    ),
+    ("matmul", "fp16"): Bound(60, "as bf16: same tensor-core rate on Ampere and later"),
+    ("matmul", "tf32"): Bound(45, "TF32 GEMMs reach 60-75 % of the dense datasheet rate on Ampere/Hopper"),
+    ("matmul", "fp32"): Bound(60, "reference script: 51 of 67 TFLOP/s (76 %) on H200 with TF32 off"),
+    ("copy_d2d", "none"): Bound(70, "reference script: 4276 of 4800 GB/s (89 %) on H200, read+write counted"),
+    ("h2d_pinned", "none"): Bound(70, "reference script: 55.4 of 63 GB/s (88 %) on H200 PCIe gen5 x16"),
+    ("d2h_pinned", "none"): Bound(70, "as host-to-device: pinned copies run near the link rate both ways"),
+    ("allreduce", "fp32"): Bound(
+        50, "reference script: bus bandwidth 338 of 450 GB/s (75 %) over NVLink on 4x H200, 256 MiB"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    spec_value: float
+    spec_source: str
+    threshold: Threshold
+
+
+def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlink: bool = False) -> Expectation | None:
+    """The spec figure and bound for `result` on this GPU, or None when the matrix has no figure for it."""
+    bound = BOUNDS.get((result.workload, result.precision))
+    if bound is None or result.launcher == "cpu":
+        return None
+    figure: float | None = None
+    source = ""
+    if result.workload == "matmul" and spec is not None:
+        figure = {
+            "fp32": spec.fp32_tflops,
+            "tf32": spec.tf32_tflops,
+            "bf16": spec.bf16_tflops,
+            "fp16": spec.fp16_tflops,
+        }.get(result.precision)
+        source = f"{spec.name} datasheet, dense {result.precision} ({spec.source})"
+    elif result.workload == "copy_d2d" and spec is not None:
+        figure, source = spec.memory_bandwidth_gbs, f"{spec.name} datasheet memory bandwidth ({spec.source})"
+    elif result.workload in ("h2d_pinned", "d2h_pinned") and gpu is not None:
+        # Judge against the link's maximum, so a link that trained low shows up here too.
+        figure = pcie_gbs(gpu.pcie.gen_max, gpu.pcie.width_max)
+        source = f"PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max}: {PCIE_SOURCE}"
+    elif result.workload == "allreduce":
+        if nvlink and spec is not None and spec.nvlink_gbs:
+            figure = spec.nvlink_gbs / 2  # datasheets quote both directions; bus bandwidth is one
+            source = f"{spec.name} NVLink {spec.nvlink_gbs:g} GB/s bidirectional, halved ({spec.source})"
+        elif gpu is not None:
+            figure = pcie_gbs(gpu.pcie.gen_max, gpu.pcie.width_max)
+            source = f"no NVLink: PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max} ({PCIE_SOURCE})"
+    if not figure:
+        return None
+    name = f"{result.workload}.{result.precision}.min_pct_of_spec"
+    return Expectation(
+        spec_value=figure,
+        spec_source=source,
+        threshold=Threshold(name=name, value=bound.min_pct, unit="%", source=source, basis=bound.basis),
+    )
+
+
+def slower_than_siblings(values: dict[str, float], min_ratio: float = 0.9) -> dict[str, float]:
+    """Devices whose value is below `min_ratio` × the median of all devices: one bad GPU among good ones."""
+    if len(values) < 2:
+        return {}
+    ordered = sorted(values.values())
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {dev: v / median for dev, v in values.items() if median > 0 and v / median < min_ratio}
+
+
+# What usually makes each probe fall short, for the failure message.
+CAUSES = {
+    "matmul": "clocks throttled (power cap, temperature), another process on the GPU, or a lowered power limit",
+    "copy_d2d": "memory clock below max, ECC/row-remap trouble, or another process using the GPU",
+    "h2d_pinned": "PCIe link below its max gen/width, the GPU on the far NUMA node, or an IOMMU in translation "
+    "mode (use iommu=pt)",
+    "d2h_pinned": "as host-to-device: link width/gen, NUMA placement, IOMMU mode",
+    "allreduce": "no NVLink/P2P between the GPUs (traffic through host memory), or NCCL falling back to sockets",
+}
+
+
+def check(result: Result, exp: Expectation | None, what: str) -> Check:
+    """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes."""
+    where = result.device or f"{result.n} devices"
+    shown = f"{what} on {where}: {result.value:.1f} {result.unit}"
+    evidence = {
+        "value": result.value,
+        "unit": result.unit,
+        "spec": result.spec_value,
+        "pct_of_spec": result.pct_of_spec,
+    }
+    name = f"probe.{result.workload}.{result.precision}[{where}]"
+    if not result.value > 0:
+        return Check(name, "error", f"{shown}: the probe produced no usable number", evidence)
+    if exp is None or result.pct_of_spec is None:
+        return Check(name, "pass", f"{shown} (no spec figure to judge against)", evidence)
+    bound = exp.threshold
+    evidence["min_pct"] = bound.value
+    message = f"{shown} = {result.pct_of_spec:.0f} % of {exp.spec_value:g} ({exp.spec_source}); bound {bound.value:g} %"
+    if result.pct_of_spec >= bound.value:
+        return Check(name, "pass", message, evidence, threshold=bound.name)
+    causes = CAUSES.get(result.workload, "see the GPU health checks")
+    return Check(name, "fail", f"{message}. Likely causes: {causes}", evidence, threshold=bound.name)

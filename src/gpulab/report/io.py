@@ -1,0 +1,254 @@
+"""Reading and writing report JSON: validated against `schema.json`, written atomically.
+
+`write_report` refuses a report that does not match the schema (that is a bug in whatever built it) and
+never leaves a half-written file behind; `load_report` turns every way a file can be wrong into one
+`ReportError` that names the file, the problem and what to do about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import functools
+import json
+import math
+import os
+import re
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from gpulab.errors import GpulabError
+from gpulab.report.model import SCHEMA_ID, Report
+
+SCHEMA_PREFIX = "gpulab.report/"
+SCHEMA_VERSION = int(SCHEMA_ID.rsplit("/", 1)[1])
+
+
+class ReportError(GpulabError):
+    """A report file that cannot be used: missing, corrupt, foreign, too new or not matching the schema."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of `gpulab.report/1` (draft 2020-12)."""
+    text = resources.files("gpulab.report").joinpath("schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    schema = load_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def schema_errors(data: Any) -> list[str]:
+    """Every schema violation in `data` as "JSON path: message", in document order; empty when valid."""
+    errors = sorted(
+        _validator().iter_errors(data),
+        key=lambda e: [f"{p:09d}" if isinstance(p, int) else str(p) for p in e.absolute_path],
+    )
+    return [_describe(e) for e in errors]
+
+
+def _describe(err: ValidationError) -> str:
+    message = err.message
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return f"{err.json_path}: {message}"
+
+
+def _bad_value_path(value: Any, path: str = "$") -> str | None:
+    """The JSON path of the first value json cannot write faithfully (NaN, infinity, a non-JSON type)."""
+    if isinstance(value, float):
+        return path if not math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path}[{key!r}]"
+            found = _bad_value_path(item, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _bad_value_path(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return path
+
+
+def report_json(report: Report) -> str:
+    """The report as validated JSON text; raises GpulabError naming the JSON path of the first problem."""
+    data = report.to_dict()
+    bad = _bad_value_path(data)
+    if bad:
+        raise GpulabError(
+            f"cannot write report: {bad} is not a JSON value (NaN, infinity or a "
+            "non-JSON type); this is a bug in the code that built the report"
+        )
+    problems = schema_errors(data)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise GpulabError(
+            f"cannot write report: it does not match {SCHEMA_ID}: {problems[0]}{more}; "
+            "this is a bug in the code that built the report"
+        )
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` so readers see the old file or the whole new one, never a part.
+
+    A temporary file in the same directory is written, flushed and fsync'ed, then renamed over `path`.
+    Parent directories are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable; best effort (not every platform or filesystem allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_report(report: Report, path: Path) -> Path:
+    """Validate `report` against the schema, then write it atomically to `path`; returns `path`.
+
+    An invalid report raises GpulabError (naming the JSON path of the problem) and leaves any existing
+    file at `path` untouched.
+    """
+    text = report_json(report)
+    return atomic_write_text(Path(path), text)
+
+
+def load_report(path: Path) -> Report:
+    """Read and validate a report; every problem becomes a ReportError naming the file and the fix."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file; check the path", path) from None
+    except IsADirectoryError:
+        raise ReportError(f"{path} is a directory; pass a report JSON file inside it", path) from None
+    except PermissionError:
+        raise ReportError(f"{path}: permission denied; make it readable or copy it", path) from None
+    except OSError as err:
+        raise ReportError(f"{path}: cannot read: {err.strerror or err}", path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ReportError(
+            f"{path} is not a gpulab report (not UTF-8 text: bad byte at offset {err.start}); "
+            "pass the report-*.json a validation run wrote",
+            path,
+        ) from None
+    if not text.strip():
+        raise ReportError(
+            f"{path} is empty (the run that wrote it probably stopped before finishing); "
+            "re-run the validation or pick another report",
+            path,
+        )
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        truncated = err.pos >= len(text.rstrip())
+        what = "is truncated (the JSON ends early)" if truncated else "is not valid JSON"
+        raise ReportError(
+            f"{path} {what}: {err.msg} at line {err.lineno} column {err.colno}; "
+            "re-run the validation to get a complete report, or restore the file",
+            path,
+        ) from None
+    return report_from_data(data, path)
+
+
+def report_from_data(data: Any, path: Path | str = "<data>") -> Report:
+    """Check the `schema` tag and the schema, then build the Report; ReportError on any problem."""
+    path = Path(path)
+    if not isinstance(data, dict):
+        raise ReportError(
+            f"{path} is not a gpulab report (schema: none; the JSON is a {type(data).__name__}, "
+            f"not an object); pass a {SCHEMA_ID} report",
+            path,
+        )
+    tag = data.get("schema")
+    if not isinstance(tag, str) or not tag.startswith(SCHEMA_PREFIX):
+        shown = "missing" if tag is None else json.dumps(tag)[:80]
+        raise ReportError(
+            f"{path} is not a gpulab report (schema {shown}; expected {SCHEMA_ID}); "
+            "pass the report-*.json a validation run wrote",
+            path,
+        )
+    version = _version(tag)
+    if version is not None and version > SCHEMA_VERSION:
+        raise ReportError(
+            f"{path} was written by a newer gpulab: {tag}; upgrade gpulab (this one reads {SCHEMA_ID})",
+            path,
+        )
+    if tag != SCHEMA_ID:
+        raise ReportError(f"{path} has an unknown report schema {tag!r}; this gpulab reads {SCHEMA_ID}", path)
+    problems = schema_errors(data)
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ReportError(
+            f"{path} does not match {SCHEMA_ID}: {shown}{more}; fix the file or re-run the validation",
+            path,
+        )
+    try:
+        return Report.from_dict(data)
+    except (TypeError, KeyError, ValueError) as err:  # the schema should make this impossible
+        raise ReportError(f"{path} cannot be read as a {SCHEMA_ID} report: {err}", path) from None
+
+
+def _version(tag: str) -> int | None:
+    m = re.fullmatch(re.escape(SCHEMA_PREFIX) + r"(\d+)(?:\.\d+)*", tag)
+    return int(m.group(1)) if m else None
+
+
+def default_report_path(directory: Path, hostname: str, now: _dt.datetime | None = None) -> Path:
+    """`<directory>/report-<host>-<UTC timestamp>.json`, e.g. report-gpu01-20250101T120000Z.json."""
+    when = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
+    host = re.sub(r"[^A-Za-z0-9._-]+", "_", hostname).strip("._") or "host"
+    return Path(directory) / f"report-{host}-{when.strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -1,0 +1,232 @@
+"""pytest plugin behind validate/: options, fixtures, and the report written at the end of every session.
+
+The report is written in `pytest_sessionfinish`, which pytest also calls after failures and after Ctrl-C, so a
+run always leaves a report (flagged `interrupted` when it was stopped early).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulab.errors import GpulabError
+from gpulab.hw.discover import fingerprint as discover
+from gpulab.hw.model import GpuInfo
+from gpulab.report.model import Check
+from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda
+
+LAB_KEY = pytest.StashKey[Lab]()
+REPORT_PATH_KEY = pytest.StashKey[Path]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpulab", "gpulab validation")
+    group.addoption("--tier", choices=TIERS, default="quick", help="quick (seconds), standard (minutes), full")
+    group.addoption("--gpus", default="all", help="'all', the first N ('2'), or indices ('0,2', '3,')")
+    group.addoption("--expect-gpus", type=int, default=None, help="fail unless this many GPUs are visible")
+    group.addoption("--report-dir", type=Path, default=Path("reports"), help="where report-*.json goes")
+    group.addoption("--baseline", type=Path, default=None, help="compare this run against an earlier report")
+    group.addoption("--threshold", default="5%", help="regression threshold for --baseline (default 5%%)")
+    group.addoption("--from-xml", type=Path, default=None, help="judge a captured `nvidia-smi -q -x` file")
+    group.addoption("--topo", type=Path, default=None, help="with --from-xml: a captured `nvidia-smi topo -m`")
+
+
+def _options(config: pytest.Config) -> Options:
+    opts = Options(
+        tier=config.getoption("--tier"),
+        gpus=config.getoption("--gpus"),
+        expect_gpus=config.getoption("--expect-gpus"),
+        report_dir=config.getoption("--report-dir"),
+        baseline=config.getoption("--baseline"),
+        threshold=config.getoption("--threshold"),
+        from_xml=config.getoption("--from-xml"),
+        topo_file=config.getoption("--topo"),
+    )
+    if opts.expect_gpus is not None and opts.expect_gpus < 0:
+        raise pytest.UsageError(f"--expect-gpus {opts.expect_gpus}: give the number of GPUs this host should have")
+    if opts.baseline is not None and not opts.baseline.is_file():
+        raise pytest.UsageError(f"--baseline {opts.baseline}: no such file; give an earlier report-*.json")
+    if opts.from_xml is not None and not opts.from_xml.is_file():
+        raise pytest.UsageError(f"--from-xml {opts.from_xml}: no such file; capture one with `nvidia-smi -q -x`")
+    return opts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs at least one NVIDIA GPU")
+    config.addinivalue_line("markers", "multi_gpu: needs at least two NVIDIA GPUs")
+    config.addinivalue_line("markers", "live: needs live NVML and CUDA (not a captured nvidia-smi file)")
+    if not hasattr(config, "workerinput") and config.getoption("--tier", None) is None:
+        return  # plugin loaded without our options (should not happen)
+    opts = _options(config)
+    try:
+        # NVML first, without frameworks: the GPU selection must be in CUDA_VISIBLE_DEVICES before any framework
+        # initialises CUDA, so in-process device K is the K-th selected GPU.
+        base = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=False)
+        visible = visible_to_cuda(base.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpus = select_gpus(visible, opts.gpus)
+    except GpulabError as err:
+        raise pytest.UsageError(str(err)) from err
+    if gpus and opts.from_xml is None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
+    fp = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=True)
+    config.stash[LAB_KEY] = Lab(options=opts, fingerprint=fp, gpus=gpus)
+
+
+def _lab(config: pytest.Config) -> Lab:
+    return config.stash[LAB_KEY]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lab = _lab(config)
+    no_gpu = pytest.mark.skip(reason=lab.fingerprint.gpu_absent_reason or "no GPU selected")
+    one_gpu = pytest.mark.skip(reason=f"needs 2 or more GPUs, {len(lab.gpus)} selected")
+    captured = pytest.mark.skip(reason=f"judging a captured file ({lab.options.from_xml}): needs the live machine")
+    for item in items:
+        if "gpu" in item.keywords and not lab.gpus:
+            item.add_marker(no_gpu)
+        elif "multi_gpu" in item.keywords and len(lab.gpus) < 2:
+            item.add_marker(one_gpu)
+        elif "live" in item.keywords and lab.options.from_xml is not None:
+            item.add_marker(captured)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpu" in metafunc.fixturenames:
+        gpus: list[GpuInfo | None] = list(_lab(metafunc.config).gpus) or [None]
+        metafunc.parametrize("gpu", gpus, ids=[f"gpu{g.index}" if g else "no-gpu" for g in gpus])
+
+
+@pytest.fixture(scope="session")
+def lab(request: pytest.FixtureRequest) -> Lab:
+    return _lab(request.config)
+
+
+@pytest.fixture
+def verdict(request: pytest.FixtureRequest, lab: Lab) -> Callable[[Check], Check]:
+    """Record a Check for the report and turn it into the test's outcome (fail/skip carry its message)."""
+
+    def judge(check: Check) -> Check:
+        lab.judged[request.node.nodeid] = check
+        if check.status == "skip":
+            pytest.skip(check.message)
+        if check.status in ("fail", "error"):
+            pytest.fail(check.message, pytrace=False)
+        return check
+
+    return judge
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    rep: pytest.TestReport = yield
+    lab = item.config.stash.get(LAB_KEY, None)
+    if lab is None or not _decides(rep):
+        return rep
+    judged = lab.judged.get(item.nodeid)
+    status = _status(rep)
+    message = _message(rep) if status != "pass" else (judged.message if judged else "passed")
+    check = Check(
+        name=judged.name if judged else _check_name(item),
+        status=status,
+        message=message,
+        evidence=judged.evidence if judged else {},
+        threshold=judged.threshold if judged else None,
+        seconds=round(rep.duration, 3),
+    )
+    lab.report.checks = [c for c in lab.report.checks if c.name != check.name] + [check]
+    return rep
+
+
+def _decides(rep: pytest.TestReport) -> bool:
+    """The report that settles a test: its call, or a setup/teardown that failed or skipped it."""
+    return rep.when == "call" or (rep.when == "setup" and not rep.passed) or (rep.when == "teardown" and rep.failed)
+
+
+def _status(rep: pytest.TestReport) -> str:
+    if rep.skipped:
+        return "skip"
+    if rep.passed:
+        return "pass"
+    return "fail" if rep.when == "call" else "error"
+
+
+def _message(rep: pytest.TestReport) -> str:
+    if rep.skipped and isinstance(rep.longrepr, tuple):
+        return str(rep.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).removeprefix("Failed: ")
+    return str(rep.longrepr).strip().splitlines()[-1] if rep.longrepr else rep.outcome
+
+
+def _check_name(item: pytest.Item) -> str:
+    module = Path(str(item.fspath)).stem.removeprefix("test_")
+    return f"{module}.{item.name.removeprefix('test_')}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    lab = session.config.stash.get(LAB_KEY, None)
+    if lab is None or hasattr(session.config, "workerinput"):
+        return
+    from gpulab.report.io import default_report_path, write_report
+    from gpulab.report.render import write_rendered
+
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    report = lab.finish(interrupted=interrupted, command=command)
+    path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
+    write_rendered(report, path)
+    session.config.stash[REPORT_PATH_KEY] = path
+    if lab.options.baseline is not None and not interrupted:
+        from gpulab.report.compare import compare, parse_threshold
+        from gpulab.report.io import load_report
+
+        try:
+            base = load_report(lab.options.baseline)
+            cmp = compare(
+                [(str(lab.options.baseline), base), (str(path), report)],
+                parse_threshold(lab.options.threshold),
+            )
+        except GpulabError as err:
+            lab.messages.append(f"baseline comparison failed: {err}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            lab.messages.append(cmp.to_text())
+            if cmp.regressions:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lab = config.stash.get(LAB_KEY, None)
+    if lab is None:
+        return
+    tr = terminalreporter
+    tr.section("gpulab")
+    if not lab.gpus:
+        tr.write_line(f"verdict: {lab.fingerprint.gpu_absent_reason or 'no GPU selected'} (CPU results only)")
+    for line in lab.messages:
+        tr.write_line(line)
+    path = config.stash.get(REPORT_PATH_KEY, None)
+    if path is not None:
+        counts = {s: sum(c.status == s for c in lab.report.checks) for s in ("pass", "fail", "error", "skip")}
+        tr.write_line(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks ran")
+        tr.write_line(f"report: {path}")
+
+
+@pytest.fixture
+def link_under_load(lab: Lab) -> Callable[[GpuInfo], Any]:
+    """Read a GPU's PCIe link while it is busy (idle GPUs lower the link generation to save power)."""
+    from gpulab.validation.live import link_under_load as read
+
+    def under_load(gpu: GpuInfo) -> Any:
+        if lab.options.from_xml is not None:
+            return None
+        return read(gpu, f"cuda:{lab.gpus.index(gpu)}")
+
+    return under_load

@@ -1,0 +1,136 @@
+"""State of one validation run: the fingerprint, the options, and what the tests recorded for the report."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpulab import compat
+from gpulab.compat import GpuSpec
+from gpulab.errors import GpulabError
+from gpulab.hw.model import Fingerprint, GpuInfo
+from gpulab.probes import judge
+from gpulab.report.model import Check, Report, Result
+
+TIERS = ("quick", "standard", "full")
+
+
+@dataclass
+class Options:
+    tier: str = "quick"
+    gpus: str = "all"  # "all", "0,2" (indices) or "2" (the first two)
+    expect_gpus: int | None = None
+    report_dir: Path = Path("reports")
+    baseline: Path | None = None
+    threshold: str = "5%"
+    from_xml: Path | None = None  # judge a captured `nvidia-smi -q -x` instead of live NVML
+    topo_file: Path | None = None
+
+
+def select_gpus(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
+    """Resolve `--gpus`: "all"; a number N, the first N GPUs; or NVML indices with a comma, "0,2" or "3,"."""
+    text = spec.strip().lower()
+    if text in ("", "all"):
+        return list(gpus)
+    have = ", ".join(str(g.index) for g in gpus) or "none"
+    try:
+        if "," not in text:
+            count = int(text)
+            if not 0 < count <= len(gpus):
+                raise GpulabError(
+                    f"--gpus {spec}: asked for the first {count} GPUs, this host has {len(gpus)} (indices: {have}); "
+                    "give a count from 1 to the number of GPUs, or indices such as '0,2'"
+                )
+            return list(gpus[:count])
+        wanted = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GpulabError(
+            f"--gpus {spec!r}: use 'all', a count such as '2', or indices such as '0,2' or '3,'"
+        ) from None
+    by_index = {g.index: g for g in gpus}
+    missing = [i for i in wanted if i not in by_index]
+    if missing or not wanted:
+        raise GpulabError(f"--gpus {spec}: no GPU with index {missing or spec} on this host (indices: {have})")
+    return [by_index[i] for i in wanted]
+
+
+def visible_to_cuda(gpus: list[GpuInfo], env_value: str | None) -> list[GpuInfo]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value leaves visible (indices in PCI bus order, or UUIDs), in its order."""
+    if env_value is None:
+        return list(gpus)
+    out = []
+    for entry in (e.strip() for e in env_value.split(",")):
+        if not entry:
+            continue
+        match = next((g for g in gpus if g.uuid == entry or (entry.isdigit() and g.index == int(entry))), None)
+        if match is None:  # CUDA stops at the first entry it cannot resolve
+            break
+        out.append(match)
+    return out
+
+
+@dataclass
+class Lab:
+    options: Options
+    fingerprint: Fingerprint
+    gpus: list[GpuInfo]
+    started: float = field(default_factory=time.monotonic)
+    report: Report = field(init=False)
+    # per test node id: the Check the test judged (its name, evidence, threshold), filled in by `verdict`
+    judged: dict[str, Check] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)  # lines for the terminal summary
+
+    def __post_init__(self) -> None:
+        self.report = Report(fingerprint=self.fingerprint.to_dict(), tier=self.options.tier)
+
+    @property
+    def hostname(self) -> str:
+        return self.fingerprint.host.hostname or socket.gethostname()
+
+    def spec(self, gpu: GpuInfo | None) -> GpuSpec | None:
+        if gpu is None:
+            return None
+        return compat.gpu_by_pci_id(gpu.pci_device_id) or compat.gpu_by_name(gpu.name)
+
+    def gpu_for(self, device: str | None) -> GpuInfo | None:
+        """The GpuInfo behind "cuda:K" (K counts the selected GPUs, as CUDA_VISIBLE_DEVICES renumbers them)."""
+        if device and device.startswith("cuda"):
+            k = int(device.split(":")[1]) if ":" in device else 0
+            return self.gpus[k] if k < len(self.gpus) else None
+        return self.gpus[0] if self.gpus else None
+
+    @property
+    def nvlink(self) -> bool:
+        selected = {g.index for g in self.gpus}
+        topo = self.fingerprint.topology
+        return any(
+            topo[i][j].startswith("NV")
+            for i in selected
+            for j in selected
+            if i != j and i < len(topo) and j < len(topo[i])
+        )
+
+    def record_result(self, result: Result) -> judge.Expectation | None:
+        """Add a measurement to the report with its spec figure; returns the bound it must meet, if any."""
+        gpu = self.gpu_for(result.device or (result.devices[0] if result.devices else None))
+        exp = judge.expectation(result, gpu, self.spec(gpu), nvlink=self.nvlink)
+        if exp is not None:
+            result.spec_value = round(exp.spec_value, 3)
+            result.pct_of_spec = round(100 * result.value / exp.spec_value, 2)
+            self.report.add_threshold(exp.threshold)
+        self.report.results.append(result)
+        return exp
+
+    def finish(self, interrupted: bool, command: str) -> Report:
+        self.report.duration_s = round(time.monotonic() - self.started, 3)
+        self.report.interrupted = interrupted
+        self.report.command = command
+        return self.report
+
+
+def visible_devices_env(gpus: list[GpuInfo]) -> dict[str, str]:
+    """Environment that makes CUDA see exactly `gpus`, in order: UUIDs, so CUDA and NVML orders cannot differ."""
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus)}

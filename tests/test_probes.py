@@ -1,0 +1,113 @@
+"""Probes on the CPU (the GPU path runs in validate/ on GPU machines) and the judging of their numbers."""
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from gpulab import compat
+from gpulab.hw.discover import fingerprint
+from gpulab.probes import judge, torch_probes
+from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
+from gpulab.report.model import Result
+
+torch = pytest.importorskip("torch")
+FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
+
+
+def test_cpu_matmul_is_well_formed():
+    r = torch_probes.matmul("cpu", "fp32", torch_probes.CPU_SMALL)
+    assert r.unit == "TFLOP/s" and math.isfinite(r.value) and r.value > 0
+    assert r.launcher == "cpu" and r.n == torch.get_num_threads() and r.params["n"] == 1024
+
+
+def test_cpu_copy_is_well_formed():
+    r = torch_probes.copy_bandwidth("cpu", torch_probes.CPU_SMALL)
+    assert r.workload == "copy_host" and r.unit == "GB/s" and r.value > 0
+
+
+def test_allreduce_over_gloo_is_correct():
+    r = run_allreduce(2, mib=4, iters=3)
+    assert r.launcher == "gloo" and r.n == 2 and r.params["correct"] is True
+    assert r.value == pytest.approx(bus_bandwidth(r.params["algbw_gbs"], 2))
+
+
+def test_bus_bandwidth_formula():
+    assert bus_bandwidth(100.0, 4) == pytest.approx(150.0)  # 2(n-1)/n as nccl-tests
+    assert bus_bandwidth(100.0, 1) == 100.0
+
+
+def test_pcie_figures():
+    assert judge.pcie_gbs(5, 16) == pytest.approx(63.0, rel=1e-3)
+    assert judge.pcie_gbs(3, 16) == pytest.approx(15.76, rel=1e-3)
+    assert judge.pcie_gbs(None, 16) is None
+
+
+@pytest.fixture
+def h200():
+    fp = fingerprint(smi_xml=FIX / "nvidia-smi-q-x.xml", probe_frameworks=False)
+    return fp.gpus[0], compat.gpu_by_pci_id(fp.gpus[0].pci_device_id)
+
+
+def _result(workload, precision, value, unit, device="cuda:0"):
+    return Result(
+        workload=workload,
+        framework="torch",
+        launcher="gpu",
+        n=1,
+        precision=precision,
+        value=value,
+        unit=unit,
+        device=device,
+    )
+
+
+def test_reference_numbers_pass_and_low_ones_fail(h200):
+    gpu, spec = h200
+    # The reference scripts' H200 figures (shared/reference, 2026-11-21) must pass their bounds.
+    for workload, precision, value, unit in [
+        ("matmul", "bf16", 785, "TFLOP/s"),
+        ("matmul", "fp32", 51, "TFLOP/s"),
+        ("copy_d2d", "none", 4276, "GB/s"),
+        ("h2d_pinned", "none", 55.4, "GB/s"),
+    ]:
+        r = _result(workload, precision, value, unit)
+        exp = judge.expectation(r, gpu, spec)
+        assert exp is not None, workload
+        r.pct_of_spec = 100 * value / exp.spec_value
+        assert judge.check(r, exp, workload).status == "pass", (workload, r.pct_of_spec)
+        slow = dataclasses.replace(r, value=value * 0.4, pct_of_spec=40 * value / exp.spec_value)
+        failed = judge.check(slow, exp, workload)
+        assert failed.status == "fail" and "Likely causes" in failed.message
+        assert failed.threshold == exp.threshold.name and exp.threshold.source
+
+
+def test_host_transfer_judged_against_the_links_max(h200):
+    gpu, spec = h200
+    exp = judge.expectation(_result("h2d_pinned", "none", 50, "GB/s"), gpu, spec)
+    assert exp is not None and exp.spec_value == pytest.approx(63.0, rel=1e-3)
+    assert "gen5 x16" in exp.spec_source
+
+
+def test_allreduce_judged_against_nvlink_when_linked(h200):
+    gpu, spec = h200
+    r = Result(
+        workload="allreduce",
+        framework="torch",
+        launcher="nccl",
+        n=4,
+        precision="fp32",
+        value=338,
+        unit="GB/s",
+    )
+    nv = judge.expectation(r, gpu, spec, nvlink=True)
+    pcie = judge.expectation(r, gpu, spec, nvlink=False)
+    assert nv is not None and pcie is not None and nv.spec_value > pcie.spec_value
+
+
+def test_one_slow_gpu_is_named():
+    assert judge.slower_than_siblings({"cuda:0": 780, "cuda:1": 790, "cuda:2": 600, "cuda:3": 785}) == {
+        "cuda:2": pytest.approx(600 / 782.5)
+    }
+    assert judge.slower_than_siblings({"cuda:0": 780}) == {}

@@ -1,0 +1,173 @@
+"""The validate/ suite itself, run as users run it: on this (GPU-less) machine and on the captured 4x H200."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpulab.errors import GpulabError
+from gpulab.hw.discover import fingerprint
+from gpulab.report.io import load_report
+from gpulab.validation.session import select_gpus, visible_to_cuda
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "h200x4-firecracker"
+
+
+def run_validate(tmp_path, *args, timeout=300):
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "validate"),
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        str(tmp_path),
+        *args,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    reports = sorted(tmp_path.glob("report-*.json"))
+    return proc, reports
+
+
+def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
+    proc, reports = run_validate(tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "no NVIDIA GPU/driver found" in out
+    assert len(reports) == 1 and f"report: {reports[0]}" in out
+    report = load_report(reports[0])
+    assert report.fingerprint["gpus"] == []
+    cpu = [r for r in report.results if r.launcher == "cpu"]
+    assert {r.workload for r in cpu} == {"matmul", "copy_host"} and all(r.value > 0 for r in cpu)
+    assert {c.status for c in report.checks} <= {"pass", "skip"}
+    assert any(c.status == "skip" and "no NVIDIA GPU/driver found" in c.message for c in report.checks)
+    assert reports[0].with_suffix(".html").is_file() and reports[0].with_suffix(".md").is_file()
+
+
+def test_captured_h200_is_judged_healthy(tmp_path):
+    proc, reports = run_validate(
+        tmp_path,
+        "--from-xml",
+        str(FIX / "nvidia-smi-q-x.xml"),
+        "--topo",
+        str(FIX / "nvidia-smi-topo-m.txt"),
+        "--expect-gpus",
+        "4",
+        "-k",
+        "health",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = load_report(reports[0])
+    assert len(report.fingerprint["gpus"]) == 4
+    names = {c.name for c in report.checks if c.status == "pass"}
+    assert {f"health.pcie_link[{i}]" for i in range(4)} <= names
+    assert {f"health.ecc[{i}]" for i in range(4)} <= names
+
+
+def test_faulty_capture_fails_naming_cause_and_fix(tmp_path):
+    xml = (FIX / "nvidia-smi-q-x.xml").read_text()
+    # GPU 0 trained at x8 and lost persistence mode.
+    first, rest = xml.split("<current_link_width>16x</current_link_width>", 1)
+    xml = first + "<current_link_width>8x</current_link_width>" + rest
+    xml = xml.replace(
+        "<persistence_mode>Enabled</persistence_mode>", "<persistence_mode>Disabled</persistence_mode>", 1
+    )
+    bad = tmp_path / "bad.xml"
+    bad.write_text(xml)
+    proc, reports = run_validate(tmp_path, "--from-xml", str(bad), "--expect-gpus", "4", "-k", "health")
+    out = proc.stdout
+    assert proc.returncode == 1, out
+    assert "x8 of x16" in out and "nvidia-persistenced" in out
+    report = load_report(reports[0])
+    failed = {c.name for c in report.checks if c.status == "fail"}
+    assert failed == {"health.pcie_link[0]", "health.persistence[0]"}
+
+
+def test_wrong_gpu_count_fails(tmp_path):
+    proc, _ = run_validate(
+        tmp_path, "--from-xml", str(FIX / "nvidia-smi-q-x.xml"), "--expect-gpus", "8", "-k", "gpu_count"
+    )
+    assert proc.returncode == 1 and "expected 8 GPUs, NVML sees 4" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus", "7,"], "no GPU with index [7]"),
+        (["--gpus", "9"], "asked for the first 9 GPUs"),
+        (["--gpus", "x"], "use 'all', a count"),
+        (["--baseline", "/nonexistent.json"], "no such file"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):
+    proc, reports = run_validate(tmp_path, "--from-xml", str(FIX / "nvidia-smi-q-x.xml"), *args)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error exit code
+    assert message in proc.stderr
+    assert reports == []
+
+
+def test_baseline_regression_fails_the_run(tmp_path):
+    base_dir, new_dir = tmp_path / "a", tmp_path / "b"
+    base_dir.mkdir(), new_dir.mkdir()
+    _, reports = run_validate(base_dir, "-k", "cpu_memory_copy")
+    data = json.loads(reports[0].read_text())
+    for row in data["results"]:
+        row["value"] *= 100  # a baseline far faster than this machine: the new run must regress against it
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps(data))
+    proc, reports = run_validate(new_dir, "-k", "cpu_memory_copy", "--baseline", str(fast))
+    assert proc.returncode == 1, proc.stdout
+    assert "regression" in proc.stdout.lower()
+
+
+def test_interrupted_run_still_writes_its_report(tmp_path):
+    started = tmp_path / "started"
+    sleeper = tmp_path / "test_sleeper.py"
+    sleeper.write_text(
+        f"import pathlib, time\ndef test_sleeper():\n    pathlib.Path({str(started)!r}).touch()\n    time.sleep(120)\n"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "validate"),
+        str(sleeper),
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        str(tmp_path),
+        "-k",
+        "cpu_memory_copy or sleeper",
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert started.exists(), proc.communicate()[0]
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out  # pytest: interrupted
+    reports = sorted(tmp_path.glob("report-*.json"))
+    assert len(reports) == 1, out
+    report = load_report(reports[0])
+    assert report.interrupted is True
+    assert [r.workload for r in report.results] == ["copy_host"]
+
+
+def test_gpu_selection():
+    fp = fingerprint(smi_xml=FIX / "nvidia-smi-q-x.xml", probe_frameworks=False)
+    assert [g.index for g in select_gpus(fp.gpus, "all")] == [0, 1, 2, 3]
+    assert [g.index for g in select_gpus(fp.gpus, "2")] == [0, 1]
+    assert [g.index for g in select_gpus(fp.gpus, "3,1")] == [3, 1]
+    with pytest.raises(GpulabError, match="indices: 0, 1, 2, 3"):
+        select_gpus(fp.gpus, "4,")
+    uuid2 = fp.gpus[2].uuid
+    assert [g.index for g in visible_to_cuda(fp.gpus, f"{uuid2},0")] == [2, 0]
+    assert [g.index for g in visible_to_cuda(fp.gpus, "1,9,2")] == [1]
+    assert visible_to_cuda(fp.gpus, "") == []

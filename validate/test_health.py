@@ -1,0 +1,53 @@
+"""Health: the GPUs are all there, healthy, on full links, and supported by the installed stack."""
+
+import pytest
+
+from gpulab import health
+from gpulab.hw.nvml import pci_gpus
+
+
+def test_gpu_count(lab, verdict):
+    on_bus = None if lab.options.from_xml else len(pci_gpus())
+    verdict(health.gpu_count(lab.fingerprint, lab.options.expect_gpus, on_bus))
+
+
+@pytest.mark.gpu
+def test_driver_supports_cuda(lab, verdict):
+    verdict(health.driver_supports_cuda(lab.fingerprint))
+
+
+@pytest.mark.gpu
+def test_stack_supports_gpus(lab, verdict):
+    verdict(health.stack_supports_gpus(lab.fingerprint))
+
+
+@pytest.mark.gpu
+@pytest.mark.live
+def test_torch_sees_gpus(lab, verdict):
+    verdict(health.framework_sees_gpus(lab.fingerprint, "torch", len(lab.gpus)))
+
+
+@pytest.mark.gpu
+def test_pcie_link(lab, gpu, verdict, link_under_load):
+    under_load = link_under_load(gpu) if gpu.pcie.at_max is False else None
+    verdict(health.pcie_link(gpu, under_load))
+
+
+@pytest.mark.gpu
+def test_ecc(gpu, verdict):
+    verdict(health.ecc(gpu))
+
+
+@pytest.mark.gpu
+def test_memory_retirement(gpu, verdict):
+    verdict(health.memory_retirement(gpu))
+
+
+@pytest.mark.gpu
+def test_persistence_mode(gpu, verdict):
+    verdict(health.persistence(gpu))
+
+
+@pytest.mark.gpu
+def test_no_throttling_at_idle(gpu, verdict):
+    verdict(health.idle_throttle(gpu))

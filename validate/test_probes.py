@@ -1,0 +1,145 @@
+"""Probes: what the silicon delivers, each judged as a % of the SKU's datasheet figure (bound and source recorded)."""
+
+import pytest
+
+from gpulab.probes import judge, torch_probes
+from gpulab.probes.allreduce import run_allreduce
+from gpulab.report.model import Check
+
+torch = pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the probes")
+
+SPEC_FIELD = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
+
+
+@pytest.fixture(scope="module")
+def size(lab):
+    return torch_probes.QUICK if lab.options.tier == "quick" else torch_probes.THOROUGH
+
+
+def judged(lab, result, what):
+    return judge.check(result, lab.record_result(result), what)
+
+
+@pytest.mark.parametrize("threads", ["all", "1"])
+def test_cpu_matmul(lab, verdict, threads):
+    before = torch.get_num_threads()
+    if threads == "1":
+        torch.set_num_threads(1)
+    try:
+        result = torch_probes.matmul("cpu", "fp32", torch_probes.CPU_SMALL)
+    finally:
+        torch.set_num_threads(before)
+    verdict(judged(lab, result, f"CPU fp32 matmul, {result.n} threads"))
+
+
+def test_cpu_memory_copy(lab, verdict):
+    verdict(judged(lab, torch_probes.copy_bandwidth("cpu", torch_probes.CPU_SMALL), "host memory copy"))
+
+
+@pytest.mark.gpu
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_matmul(lab, gpu, verdict, precision, size):
+    spec = lab.spec(gpu)
+    if spec is not None and getattr(spec, SPEC_FIELD[precision]) is None:
+        verdict(
+            Check(
+                f"probe.matmul.{precision}[gpu{gpu.index}]",
+                "skip",
+                f"{spec.name} ({spec.architecture}) has no {precision} tensor-core rate",
+            )
+        )
+    device = f"cuda:{lab.gpus.index(gpu)}"
+    verdict(judged(lab, torch_probes.matmul(device, precision, size), f"{precision} matmul"))
+
+
+@pytest.mark.gpu
+@pytest.mark.live
+def test_device_memory_bandwidth(lab, gpu, verdict, size):
+    device = f"cuda:{lab.gpus.index(gpu)}"
+    verdict(judged(lab, torch_probes.copy_bandwidth(device, size), "device-to-device copy"))
+    torch_probes.release_cached_memory()
+
+
+@pytest.mark.gpu
+@pytest.mark.live
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_pinned_host_transfer(lab, gpu, verdict, direction, size):
+    device = f"cuda:{lab.gpus.index(gpu)}"
+    verdict(judged(lab, torch_probes.host_transfer(device, direction, size), f"pinned {direction} copy"))
+    torch_probes.release_cached_memory()
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_gpus_perform_alike(lab, verdict, precision):
+    """One GPU slower than its identical siblings points at that GPU: cooling, power, a bad link."""
+    rows = {
+        r.device: r.value
+        for r in lab.report.results
+        if r.workload == "matmul" and r.precision == precision and r.launcher == "gpu" and r.device
+    }
+    if len(rows) < 2:
+        verdict(
+            Check(
+                f"probe.gpus_alike.{precision}",
+                "skip",
+                f"fewer than two {precision} matmul results to compare",
+            )
+        )
+    slow = judge.slower_than_siblings(rows)
+    evidence = {"tflops": rows, "min_ratio_to_median": 0.9}
+    if slow:
+        detail = ", ".join(f"{dev} at {ratio:.0%} of the median" for dev, ratio in slow.items())
+        verdict(
+            Check(
+                f"probe.gpus_alike.{precision}",
+                "fail",
+                f"{detail}: check that GPU's clocks, temperature and power readings in the report",
+                evidence,
+            )
+        )
+    verdict(Check(f"probe.gpus_alike.{precision}", "pass", f"{len(rows)} GPUs within 10 % of their median", evidence))
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.live
+def test_peer_access_where_linked(lab, verdict):
+    """GPUs joined by NVLink (or one PCIe switch) must reach each other directly (P2P)."""
+    topo = lab.fingerprint.topology
+    missing, checked = [], []
+    for a, ga in enumerate(lab.gpus):
+        for b, gb in enumerate(lab.gpus):
+            if a == b:
+                continue
+            link = topo[ga.index][gb.index] if ga.index < len(topo) and gb.index < len(topo[ga.index]) else "?"
+            if link.startswith("NV") or link in ("PIX", "PXB"):
+                checked.append(f"{ga.index}-{gb.index}:{link}")
+                if not torch.cuda.can_device_access_peer(a, b):
+                    missing.append(f"GPU {ga.index} -> GPU {gb.index} ({link})")
+    evidence = {"pairs": checked}
+    if not checked:
+        verdict(Check("probe.p2p", "skip", "no NVLink or shared-switch pairs: P2P not expected", evidence))
+    if missing:
+        verdict(
+            Check(
+                "probe.p2p",
+                "fail",
+                "no peer access for " + ", ".join(missing) + ": in a VM, pass the GPUs with a P2P clique "
+                "(x-nv-gpudirect-clique) and keep `kvm hidden` off; on bare metal, disable ACS on the switch "
+                "ports",
+                evidence,
+            )
+        )
+    verdict(Check("probe.p2p", "pass", f"peer access works for all {len(checked)} linked pairs", evidence))
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.live
+def test_allreduce_bus_bandwidth(lab, verdict, size):
+    mib = 256 if lab.options.tier != "quick" else 128
+    result = run_allreduce(len(lab.gpus), mib=mib, iters=20)
+    if not result.params.get("correct"):
+        verdict(Check("probe.allreduce", "fail", "all-reduce returned a wrong sum: the interconnect corrupts data"))
+    verdict(judged(lab, result, f"all-reduce {mib} MiB bus bandwidth"))
