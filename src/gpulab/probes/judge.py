@@ -51,8 +51,8 @@ BOUNDS: dict[tuple[str, str], Bound] = {
 @dataclass(frozen=True)
 class Expectation:
     spec_value: float
-    spec_source: str
-    threshold: Threshold
+    spec_label: str  # short, for messages: "NVIDIA H200 dense bf16"
+    threshold: Threshold  # its `source` carries the full citation
 
 
 def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlink: bool = False) -> Expectation | None:
@@ -61,7 +61,7 @@ def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlin
     if bound is None or result.launcher == "cpu":
         return None
     figure: float | None = None
-    source = ""
+    label = source = ""
     if result.workload == "matmul" and spec is not None:
         figure = {
             "fp32": spec.fp32_tflops,
@@ -69,26 +69,31 @@ def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlin
             "bf16": spec.bf16_tflops,
             "fp16": spec.fp16_tflops,
         }.get(result.precision)
-        source = f"{spec.name} datasheet, dense {result.precision} ({spec.source})"
+        label = f"{spec.name} dense {result.precision}"
+        source = f"{label} datasheet figure ({spec.source})"
     elif result.workload == "copy_d2d" and spec is not None:
-        figure, source = spec.memory_bandwidth_gbs, f"{spec.name} datasheet memory bandwidth ({spec.source})"
+        figure, label = spec.memory_bandwidth_gbs, f"{spec.name} memory bandwidth"
+        source = f"{label} datasheet figure ({spec.source})"
     elif result.workload in ("h2d_pinned", "d2h_pinned") and gpu is not None:
         # Judge against the link's maximum, so a link that trained low shows up here too.
         figure = pcie_gbs(gpu.pcie.gen_max, gpu.pcie.width_max)
-        source = f"PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max}: {PCIE_SOURCE}"
+        label = f"PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max}"
+        source = f"{label}: {PCIE_SOURCE}"
     elif result.workload == "allreduce":
         if nvlink and spec is not None and spec.nvlink_gbs:
             figure = spec.nvlink_gbs / 2  # datasheets quote both directions; bus bandwidth is one
+            label = f"{spec.name} NVLink, one direction"
             source = f"{spec.name} NVLink {spec.nvlink_gbs:g} GB/s bidirectional, halved ({spec.source})"
         elif gpu is not None:
             figure = pcie_gbs(gpu.pcie.gen_max, gpu.pcie.width_max)
-            source = f"no NVLink: PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max} ({PCIE_SOURCE})"
+            label = f"no NVLink: PCIe gen{gpu.pcie.gen_max} x{gpu.pcie.width_max}"
+            source = f"{label} ({PCIE_SOURCE})"
     if not figure:
         return None
     name = f"{result.workload}.{result.precision}.min_pct_of_spec"
     return Expectation(
         spec_value=figure,
-        spec_source=source,
+        spec_label=label,
         threshold=Threshold(name=name, value=bound.min_pct, unit="%", source=source, basis=bound.basis),
     )
 
@@ -116,7 +121,8 @@ CAUSES = {
 
 def check(result: Result, exp: Expectation | None, what: str) -> Check:
     """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes."""
-    where = result.device or f"{result.n} devices"
+    cpu = f"cpu, {result.n} threads" if result.launcher == "cpu" else None
+    where = cpu or result.device or f"{result.n} devices"
     shown = f"{what} on {where}: {result.value:.1f} {result.unit}"
     evidence = {
         "value": result.value,
@@ -131,7 +137,7 @@ def check(result: Result, exp: Expectation | None, what: str) -> Check:
         return Check(name, "pass", f"{shown} (no spec figure to judge against)", evidence)
     bound = exp.threshold
     evidence["min_pct"] = bound.value
-    message = f"{shown} = {result.pct_of_spec:.0f} % of {exp.spec_value:g} ({exp.spec_source}); bound {bound.value:g} %"
+    message = f"{shown} = {result.pct_of_spec:.0f} % of {exp.spec_value:g} ({exp.spec_label}); bound {bound.value:g} %"
     if result.pct_of_spec >= bound.value:
         return Check(name, "pass", message, evidence, threshold=bound.name)
     causes = CAUSES.get(result.workload, "see the GPU health checks")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -24,7 +24,7 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
     """
     import torch
 
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    matmul, cudnn = torch.backends.cuda.matmul, cast(Any, torch.backends.cudnn)
     if hasattr(matmul, "fp32_precision"):
         before = (matmul.fp32_precision, cudnn.conv.fp32_precision)
         matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"

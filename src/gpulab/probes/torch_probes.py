@@ -39,19 +39,40 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_per_iteration(fn: Callable[[], Any], device: str, iters: int, repeats: int, warmup: int = 3) -> float:
-    """Median seconds per call of `fn` over `repeats` timed batches of `iters` calls."""
-    for _ in range(warmup):
+@dataclass(frozen=True)
+class Timing:
+    per_call: float  # median seconds per call
+    calls: int  # timed calls in all
+    seconds: float  # timed seconds in all
+
+
+def time_per_iteration(
+    fn: Callable[[], Any], device: str, iters: int, repeats: int, warmup_s: float = 0.3, min_batch_s: float = 0.05
+) -> Timing:
+    """Median seconds per call of `fn` over `repeats` timed batches.
+
+    Warm-up runs for `warmup_s` of wall time, not a fixed count: an idle GPU needs a few hundred milliseconds of
+    work before its clocks leave the idle state, and a short fixed warm-up measures the ramp. Each batch runs at
+    least `iters` calls and is lengthened to last `min_batch_s`, so timer and launch overheads stay negligible.
+    """
+    deadline = time.perf_counter() + warmup_s
+    calls, start = 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() < deadline:
         fn()
+        calls += 1
+        if calls % 4 == 0:
+            _sync(device)
     _sync(device)
+    per_call = (time.perf_counter() - start) / calls
+    batch = max(iters, int(min_batch_s / per_call) + 1) if per_call > 0 else iters
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(iters):
+        for _ in range(batch):
             fn()
         _sync(device)
-        samples.append((time.perf_counter() - start) / iters)
-    return statistics.median(samples)
+        samples.append((time.perf_counter() - start) / batch)
+    return Timing(per_call=statistics.median(samples), calls=batch * repeats, seconds=sum(samples) * batch)
 
 
 def _launcher(device: str) -> str:
@@ -73,7 +94,7 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
     a = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
     b = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
     with tf32_mode(precision == "tf32"):
-        per_iter = time_per_iteration(lambda: a @ b, device, size.matmul_iters, size.repeats)
+        timing = time_per_iteration(lambda: a @ b, device, size.matmul_iters, size.repeats)
     cpu = not device.startswith("cuda")
     return Result(
         workload="matmul",
@@ -81,12 +102,12 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision=precision,
-        value=2 * n**3 / per_iter / 1e12,
+        value=2 * n**3 / timing.per_call / 1e12,
         unit="TFLOP/s",
         device=device,
         devices=[device],
-        seconds=per_iter * size.matmul_iters * size.repeats,
-        iterations=size.matmul_iters * size.repeats,
+        seconds=timing.seconds,
+        iterations=timing.calls,
         params={"n": n, "dtype": str(dtype_for(precision)).removeprefix("torch.")},
     )
 
@@ -98,7 +119,7 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
     nbytes = size.copy_mib * 2**20
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
     dst = torch.empty_like(src)
-    per_iter = time_per_iteration(lambda: dst.copy_(src), device, size.copy_iters, size.repeats)
+    timing = time_per_iteration(lambda: dst.copy_(src), device, size.copy_iters, size.repeats)
     cpu = not device.startswith("cuda")
     return Result(
         workload="copy_d2d" if not cpu else "copy_host",
@@ -106,12 +127,12 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision="none",
-        value=2 * nbytes / per_iter / 1e9,
+        value=2 * nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,
         devices=[device],
-        seconds=per_iter * size.copy_iters * size.repeats,
-        iterations=size.copy_iters * size.repeats,
+        seconds=timing.seconds,
+        iterations=timing.calls,
         params={"bytes": nbytes, "counts": "read+write"},
     )
 
@@ -126,21 +147,21 @@ def host_transfer(device: str, direction: str, size: ProbeSize = QUICK) -> Resul
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
     if direction == "h2d":
-        per_iter = time_per_iteration(lambda: dev.copy_(host, non_blocking=True), device, size.copy_iters, size.repeats)
+        timing = time_per_iteration(lambda: dev.copy_(host, non_blocking=True), device, size.copy_iters, size.repeats)
     else:
-        per_iter = time_per_iteration(lambda: host.copy_(dev, non_blocking=True), device, size.copy_iters, size.repeats)
+        timing = time_per_iteration(lambda: host.copy_(dev, non_blocking=True), device, size.copy_iters, size.repeats)
     return Result(
         workload=f"{direction}_pinned",
         framework="torch",
         launcher="gpu",
         n=1,
         precision="none",
-        value=nbytes / per_iter / 1e9,
+        value=nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,
         devices=[device],
-        seconds=per_iter * size.copy_iters * size.repeats,
-        iterations=size.copy_iters * size.repeats,
+        seconds=timing.seconds,
+        iterations=timing.calls,
         params={"bytes": nbytes, "pinned": True},
     )
 

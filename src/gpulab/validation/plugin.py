@@ -18,7 +18,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
-from gpulab.report.model import Check
+from gpulab.report.model import Check, Status
 from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda
 
 LAB_KEY = pytest.StashKey[Lab]()
@@ -88,7 +88,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one_gpu = pytest.mark.skip(reason=f"needs 2 or more GPUs, {len(lab.gpus)} selected")
     captured = pytest.mark.skip(reason=f"judging a captured file ({lab.options.from_xml}): needs the live machine")
     for item in items:
-        if "gpu" in item.keywords and not lab.gpus:
+        if ("gpu" in item.keywords or "multi_gpu" in item.keywords) and not lab.gpus:
             item.add_marker(no_gpu)
         elif "multi_gpu" in item.keywords and len(lab.gpus) < 2:
             item.add_marker(one_gpu)
@@ -148,7 +148,7 @@ def _decides(rep: pytest.TestReport) -> bool:
     return rep.when == "call" or (rep.when == "setup" and not rep.passed) or (rep.when == "teardown" and rep.failed)
 
 
-def _status(rep: pytest.TestReport) -> str:
+def _status(rep: pytest.TestReport) -> Status:
     if rep.skipped:
         return "skip"
     if rep.passed:
@@ -178,7 +178,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from gpulab.report.render import write_rendered
 
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    program = "pytest" if Path(sys.argv[0]).name in ("__main__.py", "pytest") else Path(sys.argv[0]).name
+    command = shlex.join([program, *sys.argv[1:]])
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
     write_rendered(report, path)

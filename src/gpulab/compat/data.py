@@ -1,0 +1,419 @@
+"""Load matrix.yml once, check its shape, and turn it into typed, immutable records.
+
+A malformed matrix is a packaging bug, but it still surfaces as a GpulabError naming the entry and key, so a
+hand edit that breaks the file is easy to find.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpulab.compat import versions
+from gpulab.errors import GpulabError
+
+ARCHITECTURES = ("Fermi", "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
+_PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    aliases: tuple[str, ...]
+    pci_ids: tuple[str, ...]
+    architecture: str
+    compute_capability: str
+    memory_gib: float
+    form_factor: str
+    fp32_tflops: float
+    tf32_tflops: float | None
+    bf16_tflops: float | None
+    fp16_tflops: float
+    memory_bandwidth_gbs: float
+    pcie_gen: int
+    pcie_width: int
+    nvlink_gbs: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    version: str
+    min_driver: str
+    min_driver_compat: str | None
+    cc_min: str
+    cc_max: str
+    ubuntu: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    branch: str
+    number: int
+    max_cuda: str
+    recommended: str
+    architectures: tuple[str, ...]
+    open_kernel_modules: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class CudnnBuild:
+    cuda_min: str
+    cuda_max: str
+    cc_min: str
+    cc_max: str
+
+
+@dataclass(frozen=True)
+class CudnnRelease:
+    version: str
+    builds: tuple[CudnnBuild, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    tag: str
+    cuda: str
+    arches: tuple[str, ...]
+    cudnn: str
+    experimental: bool = False  # RELEASE.md's "Experimental CUDA" column
+
+    @property
+    def index_url(self) -> str:
+        return f"https://download.pytorch.org/whl/{self.tag}"
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    version: str
+    python: tuple[str, ...]
+    builds: tuple[TorchBuild, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class TfRelease:
+    version: str
+    python: tuple[str, ...]
+    cuda: str
+    cudnn: str
+    and_cuda: bool
+    cc_min: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    stack: dict[str, str]
+    source: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    gpus: tuple[GpuSpec, ...]
+    cuda: tuple[CudaRelease, ...]
+    drivers: tuple[DriverBranch, ...]
+    cudnn: tuple[CudnnRelease, ...]
+    torch: tuple[TorchRelease, ...]
+    tensorflow: tuple[TfRelease, ...]
+    profiles: tuple[Profile, ...]
+
+
+class _Entry:
+    """Typed access to one YAML mapping; every failure names where it happened."""
+
+    def __init__(self, raw: Any, where: str) -> None:
+        if not isinstance(raw, dict):
+            raise GpulabError(f"matrix.yml: {where} must be a mapping, got {type(raw).__name__}.")
+        self.raw, self.where = raw, where
+
+    def _get(self, key: str, types: tuple[type, ...], optional: bool = False) -> Any:
+        if key not in self.raw:
+            raise GpulabError(f"matrix.yml: {self.where} is missing key {key!r}.")
+        value = self.raw[key]
+        if value is None and optional:
+            return None
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise GpulabError(f"matrix.yml: {self.where}.{key} has the wrong type ({value!r}).")
+        return value
+
+    def text(self, key: str) -> str:
+        value = self._get(key, (str,))
+        if not value.strip():
+            raise GpulabError(f"matrix.yml: {self.where}.{key} is empty.")
+        return str(value)
+
+    def opt_text(self, key: str) -> str | None:
+        value = self._get(key, (str,), optional=True)
+        return None if value is None else str(value)
+
+    def num(self, key: str) -> float:
+        return float(self._get(key, (int, float)))
+
+    def opt_num(self, key: str) -> float | None:
+        value = self._get(key, (int, float), optional=True)
+        return None if value is None else float(value)
+
+    def integer(self, key: str) -> int:
+        return int(self._get(key, (int,)))
+
+    def flag(self, key: str) -> bool:
+        return bool(self._get(key, (bool,)))
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self._get(key, (list,))
+        if not all(isinstance(item, str) and item for item in value):
+            raise GpulabError(f"matrix.yml: {self.where}.{key} must be a list of strings.")
+        return tuple(value)
+
+    def version(self, key: str) -> str:
+        value = self.text(key)
+        versions.parse(value, f"matrix.yml: {self.where}.{key}")
+        return value
+
+    def items(self, key: str) -> list[Any]:
+        value = self._get(key, (list,))
+        if not value:
+            raise GpulabError(f"matrix.yml: {self.where}.{key} is empty.")
+        return list(value)
+
+
+def _arch(entry: _Entry, key: str) -> str:
+    value = entry.text(key)
+    if value not in ARCHITECTURES:
+        raise GpulabError(f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}.")
+    return value
+
+
+def _gpu(e: _Entry) -> GpuSpec:
+    pci_ids = tuple(p.lower() for p in e.texts("pci_ids"))
+    for pci in pci_ids:
+        if not _PCI_ID.match(pci):
+            raise GpulabError(f"matrix.yml: {e.where}.pci_ids has {pci!r}; write NVIDIA ids as '10de:xxxx'.")
+    return GpuSpec(
+        name=e.text("name"),
+        aliases=e.texts("aliases"),
+        pci_ids=pci_ids,
+        architecture=_arch(e, "architecture"),
+        compute_capability=e.version("compute_capability"),
+        memory_gib=e.num("memory_gib"),
+        form_factor=e.text("form_factor"),
+        fp32_tflops=e.num("fp32_tflops"),
+        tf32_tflops=e.opt_num("tf32_tflops"),
+        bf16_tflops=e.opt_num("bf16_tflops"),
+        fp16_tflops=e.num("fp16_tflops"),
+        memory_bandwidth_gbs=e.num("memory_bandwidth_gbs"),
+        pcie_gen=e.integer("pcie_gen"),
+        pcie_width=e.integer("pcie_width"),
+        nvlink_gbs=e.opt_num("nvlink_gbs"),
+        source=e.text("source"),
+    )
+
+
+def _cuda(e: _Entry) -> CudaRelease:
+    compat = e.opt_text("min_driver_compat")
+    if compat is not None:
+        versions.parse(compat, f"matrix.yml: {e.where}.min_driver_compat")
+    return CudaRelease(
+        version=e.version("version"),
+        min_driver=e.version("min_driver"),
+        min_driver_compat=compat,
+        cc_min=e.version("cc_min"),
+        cc_max=e.version("cc_max"),
+        ubuntu=e.texts("ubuntu"),
+        source=e.text("source"),
+    )
+
+
+def _driver(e: _Entry) -> DriverBranch:
+    branch = e.text("branch")
+    if not re.match(r"^R\d+$", branch):
+        raise GpulabError(f"matrix.yml: {e.where}.branch={branch!r} must look like 'R580'.")
+    archs = e.texts("architectures")
+    for arch in archs:
+        if arch not in ARCHITECTURES:
+            raise GpulabError(f"matrix.yml: {e.where}.architectures has unknown {arch!r}.")
+    okm = e.opt_text("open_kernel_modules")
+    if okm is not None and okm not in ARCHITECTURES:
+        raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.")
+    recommended = e.version("recommended")
+    if versions.major(recommended) != int(branch[1:]):
+        raise GpulabError(f"matrix.yml: {e.where}.recommended={recommended} is not in branch {branch}.")
+    return DriverBranch(
+        branch=branch,
+        number=int(branch[1:]),
+        max_cuda=e.version("max_cuda"),
+        recommended=recommended,
+        architectures=archs,
+        open_kernel_modules=okm,
+        source=e.text("source"),
+    )
+
+
+def _pair(e: _Entry, key: str) -> tuple[str, str]:
+    values = e.texts(key)
+    if len(values) != 2:
+        raise GpulabError(f"matrix.yml: {e.where}.{key} must be a [low, high] pair.")
+    for value in values:
+        versions.parse(value, f"matrix.yml: {e.where}.{key}")
+    return values[0], values[1]
+
+
+def _cudnn(e: _Entry) -> CudnnRelease:
+    builds = []
+    for i, raw in enumerate(e.items("builds")):
+        b = _Entry(raw, f"{e.where}.builds[{i}]")
+        (cuda_min, cuda_max), (cc_min, cc_max) = _pair(b, "cuda"), _pair(b, "cc")
+        builds.append(CudnnBuild(cuda_min, cuda_max, cc_min, cc_max))
+    return CudnnRelease(version=e.version("version"), builds=tuple(builds), source=e.text("source"))
+
+
+def _torch(e: _Entry) -> TorchRelease:
+    builds = []
+    for i, raw in enumerate(e.items("builds")):
+        b = _Entry(raw, f"{e.where}.builds[{i}]")
+        cuda = b.version("cuda")
+        tag = b.text("tag")
+        if tag != "cu" + cuda.replace(".", ""):
+            raise GpulabError(f"matrix.yml: {b.where}.tag={tag!r} does not match cuda {cuda}.")
+        arches = b.texts("arches")
+        for arch in arches:
+            versions.parse(arch)
+        experimental = b.flag("experimental") if "experimental" in b.raw else False
+        builds.append(TorchBuild(tag, cuda, arches, b.version("cudnn"), experimental))
+    return TorchRelease(
+        version=e.version("version"),
+        python=versions.expand_python(e.texts("python")),
+        builds=tuple(builds),
+        source=e.text("source"),
+    )
+
+
+def _tf(e: _Entry) -> TfRelease:
+    return TfRelease(
+        version=e.version("version"),
+        python=versions.expand_python(e.texts("python")),
+        cuda=e.version("cuda"),
+        cudnn=e.version("cudnn"),
+        and_cuda=e.flag("and_cuda"),
+        cc_min=e.version("cc_min"),
+        source=e.text("source"),
+    )
+
+
+_STACK_KEYS = ("gpu", "driver", "cuda", "cudnn", "torch", "tensorflow", "python", "os")
+
+
+def _profile(e: _Entry) -> Profile:
+    stack = _Entry(e.raw.get("stack"), f"{e.where}.stack")
+    unknown = set(stack.raw) - set(_STACK_KEYS)
+    if unknown:
+        raise GpulabError(f"matrix.yml: {stack.where} has unknown keys {sorted(unknown)}; use {_STACK_KEYS}.")
+    return Profile(
+        name=e.text("name"),
+        description=e.text("description"),
+        stack={k: stack.text(k) for k in stack.raw},
+        source=e.text("source"),
+    )
+
+
+def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
+    node: Any = raw
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, list) or not node:
+        raise GpulabError(f"matrix.yml: section {path!r} is missing or empty.")
+    return tuple(parse(_Entry(item, f"{path}[{i}]")) for i, item in enumerate(node))
+
+
+def _unique(items: tuple[Any, ...], attr: str, section: str) -> None:
+    seen: set[str] = set()
+    for item in items:
+        value = getattr(item, attr)
+        if value in seen:
+            raise GpulabError(f"matrix.yml: {section} lists {attr} {value!r} twice.")
+        seen.add(value)
+
+
+def _check_gpu_keys(gpus: tuple[GpuSpec, ...]) -> None:
+    """Names, aliases and PCI ids must each identify one GPU, or lookups would be ambiguous."""
+    from gpulab.compat.gpus import name_key  # local import: gpus imports this module
+
+    owner: dict[str, str] = {}
+    for gpu in gpus:
+        for key in {name_key(n) for n in (gpu.name, *gpu.aliases)} | set(gpu.pci_ids):
+            if key in owner and owner[key] != gpu.name:
+                raise GpulabError(f"matrix.yml: {key!r} names both {owner[key]!r} and {gpu.name!r}.")
+            owner[key] = gpu.name
+
+
+def parse_matrix(raw: Any) -> Matrix:
+    if not isinstance(raw, dict):
+        raise GpulabError("matrix.yml: the top level must be a mapping of sections.")
+    matrix = Matrix(
+        gpus=_section(raw, "gpus", _gpu),
+        cuda=_section(raw, "cuda", _cuda),
+        drivers=_section(raw, "drivers", _driver),
+        cudnn=_section(raw, "cudnn", _cudnn),
+        torch=_section(raw, "frameworks.torch", _torch),
+        tensorflow=_section(raw, "frameworks.tensorflow", _tf),
+        profiles=_section(raw, "profiles", _profile),
+    )
+    for items, attr, name in (
+        (matrix.gpus, "name", "gpus"),
+        (matrix.cuda, "version", "cuda"),
+        (matrix.drivers, "branch", "drivers"),
+        (matrix.cudnn, "version", "cudnn"),
+        (matrix.torch, "version", "frameworks.torch"),
+        (matrix.tensorflow, "version", "frameworks.tensorflow"),
+        (matrix.profiles, "name", "profiles"),
+    ):
+        _unique(items, attr, name)
+    _check_gpu_keys(matrix.gpus)
+    _check_references(matrix)
+    return matrix
+
+
+def _check_references(matrix: Matrix) -> None:
+    """Framework entries name CUDA versions that the rules look up, so each must be in the cuda section."""
+    known = {versions.key(c.version) for c in matrix.cuda}
+    needed = [(f"torch {t.version} {b.tag}", b.cuda) for t in matrix.torch for b in t.builds]
+    needed += [(f"tensorflow {t.version}", t.cuda) for t in matrix.tensorflow]
+    for who, cuda in needed:
+        if versions.key(cuda) not in known:
+            raise GpulabError(f"matrix.yml: {who} uses CUDA {cuda}, which the cuda section does not list.")
+
+
+def _default_text() -> str:
+    return resources.files("gpulab.compat").joinpath("matrix.yml").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=4)
+def load_matrix(path: str | None = None) -> Matrix:
+    """The parsed matrix (cached). `path` overrides the packaged file, e.g. for testing an edited copy."""
+    try:
+        text = Path(path).read_text(encoding="utf-8") if path else _default_text()
+        raw = yaml.safe_load(text)
+    except OSError as err:
+        raise GpulabError(f"cannot read the compatibility matrix {path or 'matrix.yml'}: {err}") from err
+    except yaml.YAMLError as err:
+        raise GpulabError(f"matrix.yml is not valid YAML: {err}") from err
+    return parse_matrix(raw)
+
+
+def load_raw(path: str | None = None) -> dict[str, Any]:
+    """The YAML as plain data, for tests and tools that inspect sources."""
+    text = Path(path).read_text(encoding="utf-8") if path else _default_text()
+    data = yaml.safe_load(text)
+    return data if isinstance(data, dict) else {}
