@@ -41,7 +41,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]; then
   echo "bootstrap: installing gpulab[$extras] into $venv (pinned by constraints.txt)"
-  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -c constraints.txt --upgrade pip
   "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
   echo "$stamp_want" > "$stamp_file"
 else

@@ -112,3 +112,33 @@ def test_one_slow_gpu_is_named():
         "cuda:2": pytest.approx(600 / 782.5)
     }
     assert judge.slower_than_siblings({"cuda:0": 780}) == {}
+
+
+NCCL_JSON = Path(__file__).parent / "fixtures" / "nccl-tests" / "all_reduce_perf.json"
+
+
+def test_nccl_tests_json_is_read():
+    import json
+
+    from gpulab.probes.nccl_tests import parse_all_reduce_json
+
+    r = parse_all_reduce_json(json.loads(NCCL_JSON.read_text()), str(NCCL_JSON))
+    assert (r.workload, r.framework, r.n, r.precision) == ("allreduce", "nccl-tests", 4, "fp32")
+    assert r.value == pytest.approx(338.31)  # the largest size, best of out-of-place / in-place
+    assert r.params["bytes"] == 268435456 and r.params["correct"] is True
+
+
+def test_nccl_tests_wrong_results_and_foreign_json():
+    import json
+
+    from gpulab.errors import GpulabError
+    from gpulab.probes.nccl_tests import parse_all_reduce_json
+
+    data = json.loads(NCCL_JSON.read_text())
+    data["results"][-1]["in_place"]["nwrong"] = 12
+    assert parse_all_reduce_json(data).params["correct"] is False
+    with pytest.raises(GpulabError, match="not an nccl-tests JSON report"):
+        parse_all_reduce_json({"schema": "something else"}, "other.json")
+    data["results"] = []
+    with pytest.raises(GpulabError, match="has no results"):
+        parse_all_reduce_json(data)

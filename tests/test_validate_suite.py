@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.hw import nvml
 from gpulab.hw.discover import fingerprint
 from gpulab.report.io import load_report
 from gpulab.validation.session import select_gpus, visible_to_cuda
@@ -35,6 +36,9 @@ def run_validate(tmp_path, *args, timeout=300):
     return proc, reports
 
 
+@pytest.mark.skipif(
+    bool(nvml.query().gpus), reason="this machine has an NVIDIA GPU: the GPU-less path needs one without"
+)
 def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
     proc, reports = run_validate(tmp_path)
     out = proc.stdout + proc.stderr

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab.probes import judge, torch_probes
+from gpulab.probes import judge, nccl_tests, torch_probes
 from gpulab.probes.allreduce import run_allreduce
 from gpulab.report.model import Check
 
@@ -143,3 +143,25 @@ def test_allreduce_bus_bandwidth(lab, verdict, size):
     if not result.params.get("correct"):
         verdict(Check("probe.allreduce", "fail", "all-reduce returned a wrong sum: the interconnect corrupts data"))
     verdict(judged(lab, result, f"all-reduce {mib} MiB bus bandwidth"))
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.live
+def test_allreduce_nccl_tests(lab, verdict):
+    """The same figure from NVIDIA's nccl-tests, when `all_reduce_perf` is installed (PATH or $NCCL_TESTS_BIN)."""
+    binary = nccl_tests.find_binary()
+    if binary is None:
+        verdict(
+            Check("probe.allreduce.nccl_tests", "skip", "nccl-tests' all_reduce_perf not found (PATH, $NCCL_TESTS_BIN)")
+        )
+    size = "128M" if lab.options.tier == "quick" else "256M"
+    result = nccl_tests.run_all_reduce_perf(binary, len(lab.gpus), size=size)
+    if not result.params.get("correct"):
+        verdict(
+            Check(
+                "probe.allreduce.nccl_tests",
+                "fail",
+                "nccl-tests counted wrong elements: the interconnect corrupts data",
+            )
+        )
+    verdict(judged(lab, result, f"nccl-tests all-reduce {size} bus bandwidth"))
