@@ -46,8 +46,9 @@ def parse_all_reduce_json(data: dict[str, Any], source: str = "<json>") -> Resul
     if not records:
         raise GpulabError(f"{source}: nccl-tests report has no results: did the run fail? Rerun with NCCL_DEBUG=WARN")
     largest = max(records, key=lambda r: int(r["size"]))
-    timings = [largest.get(k) for k in ("out_of_place", "in_place")]
-    timings = [t for t in timings if isinstance(t, dict) and t.get("bus_bw") is not None]
+    timings: list[dict[str, Any]] = [
+        t for t in (largest.get(k) for k in ("out_of_place", "in_place")) if isinstance(t, dict) and t.get("bus_bw")
+    ]
     if not timings:
         raise GpulabError(f"{source}: nccl-tests record for {largest['size']} bytes carries no bus bandwidth")
     best = max(timings, key=lambda t: float(t["bus_bw"]))
