@@ -47,7 +47,9 @@ def parse_all_reduce_json(data: dict[str, Any], source: str = "<json>") -> Resul
         raise GpulabError(f"{source}: nccl-tests report has no results: did the run fail? Rerun with NCCL_DEBUG=WARN")
     largest = max(records, key=lambda r: int(r["size"]))
     timings: list[dict[str, Any]] = [
-        t for t in (largest.get(k) for k in ("out_of_place", "in_place")) if isinstance(t, dict) and t.get("bus_bw")
+        t
+        for t in (largest.get(k) for k in ("out_of_place", "in_place"))
+        if isinstance(t, dict) and t.get("bus_bw") is not None
     ]
     if not timings:
         raise GpulabError(f"{source}: nccl-tests record for {largest['size']} bytes carries no bus bandwidth")
