@@ -102,3 +102,13 @@ def test_write_rendered_beside_json(tmp_path):
     assert md.read_text().startswith("# gpulab report")
     assert "data:image/png;base64," in page.read_text()
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".html", ".json", ".md"]
+
+
+def test_topology_is_rendered():
+    from gpulab.report.render import to_html, to_markdown
+    from report_builders import sample_report
+
+    report = sample_report()
+    md = to_markdown(report)
+    assert "GPU topology:" in md and "| GPU0 | X | NV18 |" in md
+    assert "<th>GPU3</th>" in to_html(report)

@@ -125,6 +125,15 @@ def software_rows(fp: dict[str, Any]) -> list[tuple[str, str]]:
 GPU_HEADERS = ("#", "GPU", "Bus ID", "Memory", "PCIe now", "PCIe max", "NUMA", "ECC", "Persistence", "Mode")
 
 
+def topology_table(fp: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
+    """`nvidia-smi topo -m`'s GPU-to-GPU matrix (NV# = bonded NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe paths)."""
+    matrix = fp.get("topology") or []
+    if len(matrix) < 2:
+        return None
+    headers = ("", *(f"GPU{i}" for i in range(len(matrix))))
+    return headers, [(f"GPU{i}", *row) for i, row in enumerate(matrix)]
+
+
 def gpu_rows(fp: dict[str, Any]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for g in fp.get("gpus") or []:
@@ -272,6 +281,9 @@ def to_markdown(report: Report) -> str:
         out += _md_table(GPU_HEADERS, gpus)
     else:
         out.append(f"No GPU found{': ' + fp['gpu_absent_reason'] if fp.get('gpu_absent_reason') else '.'}")
+    topo = topology_table(fp)
+    if topo:
+        out += ["", "GPU topology:", "", *_md_table(*topo)]
     out += ["", "## Software", ""]
     out += _md_table(("Component", "Version"), software_rows(fp))
     env = (fp.get("software") or {}).get("env") or {}
@@ -535,6 +547,10 @@ def to_html(report: Report) -> str:
     else:
         reason = fp.get("gpu_absent_reason")
         parts.append(f"<p>No GPU found{': ' + _e(reason) if reason else '.'}</p>")
+    topo = topology_table(fp)
+    if topo:
+        parts.append("<p>GPU topology (NV# = bonded NVLinks; PIX/PXB/PHB/NODE/SYS = PCIe paths):</p>")
+        parts.append(_html_table(*topo))
     parts.append("<h2>Software</h2>")
     parts.append(_html_table(("Component", "Version"), software_rows(fp)))
     env = (fp.get("software") or {}).get("env") or {}
