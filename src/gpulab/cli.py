@@ -17,9 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Imported here so `gpulab --version` stays fast and one broken optional part cannot break the others.
     from gpulab.compat import commands as compat_commands
     from gpulab.hw import commands as hw_commands
+    from gpulab.launch import commands as launch_commands
     from gpulab.report import commands as report_commands
 
-    for module in (hw_commands, compat_commands, report_commands):
+    for module in (hw_commands, compat_commands, report_commands, launch_commands):
         module.add_commands(sub)
     return parser
 

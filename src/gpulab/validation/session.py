@@ -125,6 +125,16 @@ class Lab:
         return exp
 
     def finish(self, interrupted: bool, command: str) -> Report:
+        from gpulab.report import scaling
+        from gpulab.validation.expectations import scaling_plans
+
+        expected = {
+            f"{p.workload}:{p.launcher}": {"efficiency": p.threshold.value, "source": p.threshold.source}
+            for p in scaling_plans(self.nvlink)
+            if p.threshold is not None
+        }
+        self.report.speedups = scaling.speedups(self.report.results)
+        self.report.scaling = scaling.scaling(self.report.results, expected)
         self.report.duration_s = round(time.monotonic() - self.started, 3)
         self.report.interrupted = interrupted
         self.report.command = command

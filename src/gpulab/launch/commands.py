@@ -1,0 +1,276 @@
+"""`gpulab run` (one workload, one launcher) and `gpulab sweep` (independent runs, one per GPU).
+
+Both print one result line and, with --report FILE, append the Result to that report (created with this
+machine's fingerprint when it does not exist) and recompute its speedups and scaling.
+
+GPU counts on a machine without GPUs: `--launcher ddp --gpus N` and `gpulab sweep --gpus N` run N CPU
+processes instead (gloo for DDP), a functional test of those paths; the result records devices "cpu" and, for
+DDP, params.backend "gloo". `--launcher gpu` and `--launcher dataparallel --gpus N>1` need GPUs and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.launch.common import BATCH_POLICIES, PRECISIONS
+from gpulab.report.model import Report, Result, Scaling
+from gpulab.workloads.base import SIZES, RunConfig
+
+LAUNCHERS = ("cpu", "gpu", "ddp", "dataparallel")
+
+
+def parse_params(items: list[str] | None) -> dict[str, Any]:
+    """["key=value", ...] -> {key: value}; values are read as JSON when they parse (3, 0.1, true), else text."""
+    params: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not key.replace("_", "a").replace("-", "a").isalnum():
+            raise GpulabError(f"--param {item!r} is not KEY=VALUE; write e.g. --param learning_rate=0.1")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        params[key] = value
+    return params
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(
+        workload=args.workload,
+        precision=args.precision,
+        channels_last=args.channels_last,
+        batch=args.batch,
+        steps=args.steps,
+        warmup=args.warmup,
+        size=args.size,
+        data=args.data,
+        num_workers=args.num_workers,
+        seed=args.seed,
+        params=parse_params(args.param),
+    )
+
+
+def append_results(path: Path, results: list[Result], command: str | None = None) -> Report:
+    """Add `results` to the report at `path` (a new one with this host's fingerprint if there is none),
+    recompute speedups and scaling (keeping expected efficiencies already there), write it atomically."""
+    from gpulab.report.io import load_report, write_report
+    from gpulab.report.scaling import scaling, speedups
+
+    path = Path(path)
+    if path.exists():
+        report = load_report(path)
+    else:
+        from gpulab.hw.discover import fingerprint
+
+        report = Report(fingerprint=fingerprint(probe_frameworks=False).to_dict(), tier="run", command=command)
+    report.results.extend(results)
+    report.speedups = speedups(report.results)
+    known = {_scaling_key(s): s for s in report.scaling}
+    fresh = scaling(report.results)
+    for row in fresh:
+        old = known.get(_scaling_key(row))
+        if old is not None and row.expected is None:
+            row.expected, row.expected_source = old.expected, old.expected_source
+    report.scaling = fresh
+    write_report(report, path)
+    return report
+
+
+def _scaling_key(s: Scaling) -> tuple[str, str, str, str, int]:
+    return (s.workload, s.framework, s.launcher, s.precision, s.n)
+
+
+def describe(result: Result) -> str:
+    where = f"{result.launcher}×{result.n}" if result.launcher != "cpu" else f"cpu ({result.n} threads)"
+    if result.params.get("backend") == "gloo" or (result.launcher == "sweep" and result.devices[:1] == ["cpu"]):
+        where += " on CPU processes"
+    batch = f"batch {result.batch}/device, " if result.batch else ""
+    return (
+        f"{result.workload} {where} {result.precision}: {result.value:,.1f} {result.unit} "
+        f"({batch}{result.iterations} steps in {result.seconds or 0:.2f} s)"
+    )
+
+
+def _finish(args: argparse.Namespace, result: Result) -> int:
+    if args.json:
+        from gpulab.launch.common import result_to_dict
+
+        json.dump(result_to_dict(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(describe(result))
+    if args.report is not None:
+        append_results(args.report, [result], _command_line())
+        print(f"appended to {args.report}", file=sys.stderr)
+    return 0
+
+
+def _command_line() -> str | None:
+    """How gpulab was started, for a new report's `command` (None when called from elsewhere)."""
+    prog = Path(sys.argv[0]).name if sys.argv else ""
+    if prog == "gpulab" or sys.argv[0].endswith(("gpulab/__main__.py", "gpulab/cli.py")):
+        return shlex.join(["gpulab", *sys.argv[1:]])
+    return None
+
+
+def _status(text: str) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True).status(text, spinner="dots")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpulab.launch import run_cpu, run_dataparallel, run_ddp, run_gpu
+
+    cfg = config_from_args(args)
+    common: dict[str, Any] = {"builder": args.builder}
+    if args.launcher in ("cpu", "gpu") and (args.batch_policy != "per_device" or args.scale_lr):
+        raise GpulabError(f"--batch-policy/--scale-lr split a batch over devices; --launcher {args.launcher} has one")
+    if args.launcher in ("cpu", "gpu") and args.gpus != 1:
+        raise GpulabError(f"--launcher {args.launcher} runs on one device; drop --gpus or use --launcher ddp")
+    with _status(f"running {cfg.workload} ({args.launcher}, {cfg.precision}, size {cfg.size})"):
+        if args.launcher == "cpu":
+            result = run_cpu(cfg, args.threads or _all_threads(), **common)
+        elif args.launcher == "gpu":
+            result = run_gpu(cfg, args.index, telemetry=not args.no_telemetry, **common)
+        elif args.launcher == "ddp":
+            result = run_ddp(
+                cfg,
+                args.gpus,
+                batch_policy=args.batch_policy,
+                scale_lr=args.scale_lr,
+                backend=args.backend,
+                threads=args.threads or 1,
+                timeout_s=args.timeout,
+                telemetry=not args.no_telemetry,
+                **common,
+            )
+        else:
+            result = run_dataparallel(
+                cfg,
+                args.gpus,
+                batch_policy=args.batch_policy,
+                scale_lr=args.scale_lr,
+                telemetry=not args.no_telemetry,
+                **common,
+            )
+    return _finish(args, result)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from gpulab.launch import run_sweep
+
+    cfg = config_from_args(args)
+    with _status(f"sweep: {args.runs or args.gpus} runs of {cfg.workload} over {args.gpus} devices"):
+        result = run_sweep(
+            cfg,
+            args.gpus,
+            args.sweep_dir,
+            runs=args.runs,
+            batch_policy=args.batch_policy,
+            scale_lr=args.scale_lr,
+            threads=args.threads or 1,
+            builder=args.builder,
+            timeout_s=args.timeout,
+            telemetry=not args.no_telemetry,
+        )
+    print(f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})")
+    return _finish(args, result)
+
+
+def _all_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", metavar="WORKLOAD", help="a workload name (see gpulab.workloads.WORKLOADS)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format for image models")
+    p.add_argument("--batch", type=_positive, help="batch per device (global with --batch-policy global)")
+    p.add_argument("--steps", type=_positive, help="timed steps (default: the workload's for --size)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps (default 3)")
+    p.add_argument("--size", choices=SIZES, default="standard", help="problem size (default standard)")
+    p.add_argument("--data", type=Path, metavar="PATH", help="real data (default: synthetic tensors)")
+    p.add_argument("--num-workers", type=int, default=2, help="DataLoader workers for --data (default 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="a workload knob, repeatable (--param learning_rate=0.1)"
+    )
+    p.add_argument(
+        "--batch-policy",
+        choices=BATCH_POLICIES,
+        default="per_device",
+        help="per_device: --batch per device, global batch grows with N (default); global: --batch split over N",
+    )
+    p.add_argument(
+        "--scale-lr",
+        action="store_true",
+        help="linear scaling rule: learning rate × N (needs --param learning_rate=...)",
+    )
+    p.add_argument("--threads", type=_positive, help="CPU threads (cpu launcher: default all; per process: 1)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a multi-process run is stopped")
+    p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU telemetry through NVML")
+    p.add_argument("--report", type=Path, metavar="FILE", help="append the result to this report JSON")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--builder",
+        metavar="MODULE:FUNCTION",
+        help="build the workload with this function instead of gpulab.workloads:build (your own workloads)",
+    )
+
+
+def add_commands(sub: Any) -> None:
+    """Register `run` and `sweep` on the `gpulab` subparsers."""
+    run = sub.add_parser(
+        "run",
+        help="train a workload with one launcher and report samples/s",
+        description=(
+            "Train WORKLOAD for --steps timed steps after --warmup and print samples/s. Launchers: cpu (--threads), "
+            "gpu (one GPU, --index), ddp (torchrun, one process per GPU over NCCL; CPU processes over gloo on a "
+            "machine without GPUs), dataparallel (nn.DataParallel over --gpus in one process)."
+        ),
+    )
+    _common(run)
+    run.add_argument("--launcher", choices=LAUNCHERS, default="gpu", help="how to run it (default gpu)")
+    run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
+    run.add_argument("--index", type=int, default=0, help="which GPU for --launcher gpu (default 0)")
+    run.add_argument("--backend", choices=("nccl", "gloo"), help="DDP backend (default: nccl with GPUs, else gloo)")
+    run.set_defaults(func=cmd_run)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="independent runs of a workload, one process per GPU, in a psweep database",
+        description=(
+            "Start independent runs of WORKLOAD, one per GPU at a time and the first ones together, each pinned "
+            "to its GPU with CUDA_VISIBLE_DEVICES; record them in a psweep database under --sweep-dir and report "
+            "the samples/s of all GPUs together. Without GPUs, --gpus counts CPU processes."
+        ),
+    )
+    _common(sweep)
+    sweep.add_argument("--gpus", type=_positive, required=True, help="GPUs to use (CPU processes without GPUs)")
+    sweep.add_argument(
+        "--runs", type=_positive, help="independent runs (default one per GPU; a multiple runs in turn on each GPU)"
+    )
+    sweep.add_argument(
+        "--sweep-dir", type=Path, default=Path("gpulab-sweep"), help="psweep database directory (default gpulab-sweep)"
+    )
+    sweep.set_defaults(func=cmd_sweep)

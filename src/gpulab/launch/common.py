@@ -1,0 +1,395 @@
+"""What every launcher shares: the batch-size policy, the timed loop, the workload builder and the Result.
+
+Timing rules (the same as the hand-written reference scripts, so the numbers compare):
+- `cfg.warmup` untimed steps first (cuDNN autotuning with `cudnn.benchmark`, allocator growth, clocks);
+- the timed loop has no host synchronisation inside it: the loss tensors stay on the device, and the device is
+  synchronised (and, under DDP, the ranks meet at a barrier) only before the clock starts and before it stops;
+- throughput = samples consumed by every process / the slowest process's time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.report.model import Result, TelemetrySummary
+from gpulab.workloads.base import SIZES, RunConfig, Session
+
+DEFAULT_BUILDER = "gpulab.workloads:build"
+BATCH_POLICIES = ("per_device", "global")
+PRECISIONS = ("fp32", "tf32", "bf16")
+LR_PARAMS = ("learning_rate", "lr")  # the params key the linear scaling rule scales (gpulab's workloads: learning_rate)
+
+
+# -- workloads -----------------------------------------------------------------------------------------------
+def resolve_builder(spec: str | None = None) -> Callable[[RunConfig, str], Session]:
+    """The function `(RunConfig, device) -> Session` named by "module:function" (default gpulab.workloads:build)."""
+    spec = spec or DEFAULT_BUILDER
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise GpulabError(f"workload builder {spec!r} is not MODULE:FUNCTION; write e.g. {DEFAULT_BUILDER}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise GpulabError(
+            f"cannot import the workload builder module {module_name!r} ({err}); install gpulab with its torch "
+            "extra (pip install 'gpulab[torch]') or fix the MODULE:FUNCTION name"
+        ) from err
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise GpulabError(f"{module_name} has no function {attr!r}; fix the MODULE:FUNCTION name ({spec})")
+    return fn
+
+
+def known_workloads() -> list[str] | None:
+    """Names in gpulab.workloads.WORKLOADS, or None when the package offers no registry."""
+    try:
+        module = importlib.import_module("gpulab.workloads")
+    except ImportError:
+        return None
+    registry = getattr(module, "WORKLOADS", None)
+    return sorted(registry) if isinstance(registry, Mapping) else None
+
+
+def check_config(cfg: RunConfig, builder: str | None = None) -> None:
+    """Reject what cannot run before any process starts."""
+    if builder is None:
+        names = known_workloads()
+        if names is None:
+            resolve_builder(None)  # raises the install hint when the workloads are missing
+        elif cfg.workload not in names:
+            raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(names)}")
+    if cfg.precision not in PRECISIONS:
+        raise GpulabError(f"unknown precision {cfg.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+    if cfg.size not in SIZES:
+        raise GpulabError(f"unknown size {cfg.size!r}; choose one of: {', '.join(SIZES)}")
+    for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
+        if value is not None and value < least:
+            raise GpulabError(f"--{name} must be at least {least}, got {value}")
+    if cfg.data is not None and not Path(cfg.data).exists():
+        raise GpulabError(f"--data {cfg.data}: no such file or directory; pass the dataset's path or drop --data")
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    data = dataclasses.asdict(cfg)
+    data["data"] = str(cfg.data) if cfg.data is not None else None
+    return data
+
+
+def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    d = dict(data)
+    d["data"] = Path(d["data"]) if d.get("data") else None
+    return RunConfig(**d)
+
+
+# -- batch policy --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchPlan:
+    """How the batch is split over `devices` and whether the learning rate follows it.
+
+    per_device (weak scaling, the default): every device runs `per_device` samples a step; the global batch
+    grows with N. global (strong scaling): `global_batch` is fixed and divided by N. The linear scaling rule
+    (`scale_lr`, per_device only: the global batch is N times the one-device batch, so lr × N) multiplies the
+    learning rate the run was given (`params["learning_rate"]`, or `params["lr"]` for a workload that calls it
+    that) by N.
+    """
+
+    policy: str
+    devices: int
+    per_device: int | None  # None = the workload's default for its size
+    global_batch: int | None
+    scale_lr: bool = False
+    lr_base: float | None = None
+    lr: float | None = None
+    lr_param: str | None = None  # the params key holding the learning rate
+
+    def device_config(self, cfg: RunConfig) -> RunConfig:
+        """The config one device's Session is built from."""
+        params = dict(cfg.params)
+        if self.scale_lr and self.lr is not None and self.lr_param:
+            params[self.lr_param] = self.lr
+        return dataclasses.replace(cfg, batch=self.per_device, params=params)
+
+    def resolved(self, per_device: int) -> BatchPlan:
+        """The plan with the per-device batch the workload actually used."""
+        return dataclasses.replace(self, per_device=per_device, global_batch=per_device * self.devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready fields (what a worker process rebuilds it from)."""
+        return dataclasses.asdict(self)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "batch_policy": self.policy,
+            "per_device_batch": self.per_device,
+            "global_batch": self.global_batch,
+            "lr_scaled": self.scale_lr,
+            "lr_base": self.lr_base,
+            "lr": self.lr,
+            "lr_param": self.lr_param,
+            "lr_factor": self.devices if self.scale_lr else 1,
+        }
+
+
+def plan_batch(cfg: RunConfig, devices: int, policy: str = "per_device", scale_lr: bool = False) -> BatchPlan:
+    """The batch plan for `devices` devices; `cfg.batch` is per device (per_device) or global (global)."""
+    if policy not in BATCH_POLICIES:
+        raise GpulabError(f"unknown batch policy {policy!r}; choose one of: {', '.join(BATCH_POLICIES)}")
+    if devices < 1:
+        raise GpulabError(f"need at least one device, got {devices}")
+    if policy == "global":
+        if scale_lr:
+            raise GpulabError(
+                "--scale-lr applies the linear scaling rule to a growing global batch; with --batch-policy global "
+                "the global batch is fixed, so drop --scale-lr or use --batch-policy per_device"
+            )
+        if cfg.batch is None:
+            raise GpulabError(
+                "--batch-policy global needs the global batch: pass --batch N (a multiple of the devices)"
+            )
+        if cfg.batch % devices:
+            raise GpulabError(
+                f"global batch {cfg.batch} does not divide over {devices} devices; pass a multiple of {devices} "
+                f"(e.g. --batch {max(devices, cfg.batch // devices * devices)})"
+            )
+        return BatchPlan(policy, devices, cfg.batch // devices, cfg.batch)
+    lr_base = lr = None
+    key = None
+    if scale_lr:
+        key = next((k for k in LR_PARAMS if cfg.params.get(k) is not None), None)
+        if key is None:
+            raise GpulabError(
+                "--scale-lr needs the one-device learning rate to scale: pass --param learning_rate=VALUE "
+                "(e.g. --param learning_rate=0.1)"
+            )
+        raw = cfg.params[key]
+        try:
+            lr_base = float(raw)
+        except (TypeError, ValueError) as err:
+            raise GpulabError(f"--param {key}={raw!r} is not a number; pass e.g. --param {key}=0.1") from err
+        lr = lr_base * devices
+    global_batch = cfg.batch * devices if cfg.batch else None
+    return BatchPlan(policy, devices, cfg.batch, global_batch, scale_lr, lr_base=lr_base, lr=lr, lr_param=key)
+
+
+# -- devices -------------------------------------------------------------------------------------------------
+def visible_gpus() -> int:
+    """CUDA devices torch can use (0 on a CPU-only torch or machine)."""
+    import torch
+
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def gpu_uuid(ordinal: int) -> str | None:
+    """The UUID ("GPU-...") of CUDA device `ordinal`, or None when torch cannot tell."""
+    import torch
+
+    try:
+        uuid = str(torch.cuda.get_device_properties(ordinal).uuid)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def nvml_indices(ordinals: Sequence[int]) -> list[int]:
+    """NVML indices (what the telemetry sampler and nvidia-smi use) of CUDA devices `ordinals`.
+
+    Matched by UUID; failing that, through an all-numeric CUDA_VISIBLE_DEVICES, else the ordinals themselves.
+    """
+    from gpulab.telemetry import nvml_indices_for_uuids
+
+    uuids = [gpu_uuid(k) for k in ordinals]
+    if all(uuids):
+        found = nvml_indices_for_uuids(uuids)
+        if found is not None:
+            return found
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible and all(v.isdigit() for v in visible) and max(ordinals, default=0) < len(visible):
+        return [int(visible[k]) for k in ordinals]
+    return list(ordinals)
+
+
+def sync(devices: Sequence[str]) -> None:
+    """Wait for queued work on every CUDA device in `devices` (a no-op on CPU)."""
+    import torch
+
+    for device in devices:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+
+def set_cuda_flags(device: str) -> None:
+    """cuDNN autotuning on for CUDA runs (fixed shapes: tuned once in the warm-up, then fast)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = True
+
+
+# -- the timed loop ------------------------------------------------------------------------------------------
+@dataclass
+class LoopTiming:
+    seconds: float  # timed seconds, this process
+    steps: int
+    samples: int  # samples this process consumed in the timed steps
+    wall_start: float  # time.time() at the start and end of the timed loop (for the telemetry window)
+    wall_end: float
+    loss: float | None  # the last loss, read once after the clock stopped
+    loss_finite: bool | None
+
+
+def loss_value(loss: Any) -> float | None:
+    if loss is None:
+        return None
+    try:
+        if hasattr(loss, "detach"):
+            loss = loss.detach().float().item()
+        return float(loss)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def timed_loop(
+    session: Session,
+    warmup: int,
+    devices: Sequence[str],
+    barrier: Callable[[], None] | None = None,
+    before_timed: Callable[[], None] | None = None,
+) -> LoopTiming:
+    """Warm up, then time `session.steps` steps with synchronisation only at the two ends."""
+    loss = None
+    for _ in range(warmup):
+        loss = session.step()
+    sync(devices)
+    if before_timed is not None:
+        before_timed()
+    if barrier is not None:
+        barrier()
+    wall_start = time.time()
+    start = time.perf_counter()
+    steps = int(session.steps)
+    for _ in range(steps):
+        loss = session.step()
+    sync(devices)
+    if barrier is not None:
+        barrier()
+    seconds = time.perf_counter() - start
+    wall_end = time.time()
+    value = loss_value(loss)
+    finite = math.isfinite(value) if value is not None else None
+    return LoopTiming(
+        seconds=seconds,
+        steps=steps,
+        samples=int(session.samples_per_step) * steps,
+        wall_start=wall_start,
+        wall_end=wall_end,
+        loss=value if finite else None,
+        loss_finite=finite,
+    )
+
+
+# -- results -------------------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """`value` made safe for the report: paths and other objects as strings, tuples as lists, NaN/inf as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return jsonable(value.item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def run_params(
+    cfg: RunConfig,
+    plan: BatchPlan,
+    info: Mapping[str, Any],
+    finish: Mapping[str, Any],
+    timing: LoopTiming,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Result.params: the workload's info and finish facts, then how it was launched."""
+    import torch
+
+    params: dict[str, Any] = {**info, **finish}
+    params.update(plan.params())
+    params.update(
+        size=cfg.size,
+        channels_last=cfg.channels_last,
+        warmup=cfg.warmup,
+        seed=cfg.seed,
+        data=str(cfg.data) if cfg.data is not None else None,
+        workload_params=dict(cfg.params),
+        final_loss=timing.loss,
+        loss_finite=timing.loss_finite,
+        torch=torch.__version__,
+    )
+    params.update(extra)
+    return jsonable(params)
+
+
+def make_result(
+    cfg: RunConfig,
+    *,
+    launcher: str,
+    n: int,
+    samples: int,
+    seconds: float,
+    steps: int,
+    batch: int | None,
+    devices: list[str],
+    device: str | None,
+    params: dict[str, Any],
+    telemetry: TelemetrySummary | None = None,
+) -> Result:
+    if seconds <= 0:
+        raise GpulabError(f"{cfg.workload}: the timed loop took no measurable time; run more --steps")
+    return Result(
+        workload=cfg.workload,
+        framework="torch",
+        launcher=launcher,
+        n=n,
+        precision=cfg.precision,
+        value=samples / seconds,
+        unit="samples/s",
+        device=device,
+        devices=devices,
+        batch=batch,
+        seconds=seconds,
+        iterations=steps,
+        params=params,
+        telemetry=telemetry,
+    )
+
+
+def result_to_dict(result: Result) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def result_from_dict(data: Mapping[str, Any]) -> Result:
+    d = dict(data)
+    tel = d.pop("telemetry", None)
+    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to `path` through a temporary file and a rename (readers never see half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)

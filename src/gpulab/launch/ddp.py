@@ -1,0 +1,171 @@
+"""DistributedDataParallel through torch's elastic launcher: one process per GPU over NCCL.
+
+`run_ddp(cfg, n)` writes the run's config as JSON, starts
+`python -m torch.distributed.run --standalone --nproc_per_node=n -m gpulab.launch.ddp_worker`, samples the
+GPUs' telemetry from this (parent) process and reads the result rank 0 wrote. Throughput = samples of all
+ranks / the slowest rank's timed seconds.
+
+On a machine where torch sees no GPU, n is a count of CPU processes communicating over gloo (each with
+`threads` intra-op threads): a functional test of the DDP path, recorded with devices ["cpu", ...] and
+params.backend "gloo". gloo aborts at start-up now and then (SIGABRT in its rendezvous, a known upstream
+bug); such a run is retried once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpulab.errors import GpulabError
+from gpulab.launch.common import (
+    LoopTiming,
+    check_config,
+    config_to_dict,
+    make_result,
+    nvml_indices,
+    plan_batch,
+    run_params,
+    visible_gpus,
+)
+from gpulab.report.model import Result
+from gpulab.telemetry import Sampler
+from gpulab.workloads.base import RunConfig
+
+_RETRIES = 1  # for gloo's start-up abort only
+_ABORT_MARKS = ("SIGABRT", "Signal 6")
+
+
+def _aborted(proc: subprocess.CompletedProcess[str]) -> bool:
+    text = (proc.stderr or "") + (proc.stdout or "")
+    return proc.returncode in (-6, 134) or any(mark in text for mark in _ABORT_MARKS)
+
+
+def run_ddp(
+    cfg: RunConfig,
+    nprocs: int,
+    *,
+    batch_policy: str = "per_device",
+    scale_lr: bool = False,
+    backend: str | None = None,
+    threads: int = 1,
+    builder: str | None = None,
+    timeout_s: float = 3600.0,
+    telemetry: bool = True,
+) -> Result:
+    """DDP over `nprocs` processes on one host: GPUs cuda:0..nprocs-1 with NCCL, else CPU processes with gloo."""
+    check_config(cfg, builder)
+    if nprocs < 1:
+        raise GpulabError(f"--gpus must be at least 1, got {nprocs}")
+    gpus = visible_gpus()
+    backend = backend or ("nccl" if gpus else "gloo")
+    if backend not in ("nccl", "gloo"):
+        raise GpulabError(f"unknown DDP backend {backend!r}; choose nccl (GPUs) or gloo (CPU processes)")
+    if backend == "nccl":
+        if gpus == 0:
+            raise GpulabError("the nccl backend needs CUDA GPUs and torch sees none; use --backend gloo")
+        if nprocs > gpus:
+            raise GpulabError(f"asked for {nprocs} GPUs but torch sees {gpus}; pass --gpus {gpus} or fewer")
+    else:
+        cores = os.cpu_count() or 1
+        if nprocs * threads > cores:
+            raise GpulabError(
+                f"{nprocs} gloo processes × {threads} threads exceed the {cores} CPU cores; lower --gpus or --threads"
+            )
+    plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
+    ordinals = list(range(nprocs)) if backend == "nccl" else []
+    with tempfile.TemporaryDirectory(prefix="gpulab-ddp-") as tmp:
+        config_path, out = Path(tmp) / "run.json", Path(tmp) / "result.json"
+        config_path.write_text(
+            json.dumps(
+                {
+                    "run": config_to_dict(cfg),
+                    "plan": plan.to_dict(),
+                    "builder": builder,
+                    "backend": backend,
+                    "threads": threads,
+                }
+            )
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nprocs}",
+            "-m",
+            "gpulab.launch.ddp_worker",
+            f"--config={config_path}",
+            f"--out={out}",
+        ]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
+        if sampler is not None:
+            sampler.start()
+        try:
+            data = _launch(cmd, env, out, nprocs, backend, timeout_s)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    ranks = data["ranks"]
+    slowest = max(r["seconds"] for r in ranks)
+    per_device = int(ranks[0]["samples_per_step"])
+    plan = plan.resolved(per_device)
+    timing = LoopTiming(
+        seconds=slowest,
+        steps=int(data["steps"]),
+        samples=sum(int(r["samples"]) for r in ranks),
+        wall_start=data["wall_start"],
+        wall_end=data["wall_end"],
+        loss=ranks[0]["loss"],
+        loss_finite=ranks[0]["loss_finite"],
+    )
+    devices = [r["device"] for r in sorted(ranks, key=lambda r: r["rank"])]
+    extra = {
+        "backend": data["backend"],
+        "world": data["world"],
+        "threads": data["threads"],
+        "seed_per_rank": "seed + rank",
+        "rank_seconds": [r["seconds"] for r in ranks],
+    }
+    if backend == "nccl":
+        extra["max_memory_allocated_mib"] = [r["max_memory_allocated_mib"] for r in ranks]
+    if sampler is not None and sampler.overhead() is not None:
+        extra["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
+    return make_result(
+        cfg,
+        launcher="ddp",
+        n=nprocs,
+        samples=timing.samples,
+        seconds=slowest,
+        steps=timing.steps,
+        batch=per_device,
+        devices=devices,
+        device=None,
+        params=run_params(cfg, plan, data["info"], data["finish"], timing, **extra),
+        telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler is not None else None,
+    )
+
+
+def _launch(cmd: list[str], env: dict[str, str], out: Path, nprocs: int, backend: str, timeout_s: float) -> dict:
+    proc: subprocess.CompletedProcess[str] | None = None
+    for _attempt in range(_RETRIES + 1):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired as err:
+            raise GpulabError(
+                f"DDP over {nprocs} processes did not finish in {timeout_s:.0f} s: a hung collective usually means "
+                "a broken P2P/NVLink path or a blocked rendezvous port; rerun with NCCL_DEBUG=INFO to see where it "
+                "stops, or raise --timeout for a long run"
+            ) from err
+        if proc.returncode == 0 and out.exists():
+            data: dict = json.loads(out.read_text())
+            return data
+        if not (backend == "gloo" and _aborted(proc)):
+            break
+    assert proc is not None
+    tail = ((proc.stderr or "") + (proc.stdout or ""))[-3000:]
+    raise GpulabError(f"DDP over {nprocs} {backend} processes failed (exit {proc.returncode}):\n{tail}")

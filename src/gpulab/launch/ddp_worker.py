@@ -1,0 +1,115 @@
+"""One rank of a DDP run (started by torch's elastic launcher, `python -m torch.distributed.run`).
+
+    python -m torch.distributed.run --standalone --nproc_per_node=N -m gpulab.launch.ddp_worker \\
+        --config run.json --out result.json
+
+run.json (written by `gpulab.launch.ddp.run_ddp`): {"run": RunConfig fields, "builder": "module:function" or
+null, "backend": "nccl" | "gloo", "threads": T}. Each rank builds its Session on cuda:LOCAL_RANK (NCCL) or the
+CPU (gloo) with seed = run.seed + rank, so ranks draw different synthetic batches while DDP broadcasts rank 0's
+initial weights to all. Rank 0 writes the result atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gpulab.launch.common import (
+    BatchPlan,
+    config_from_dict,
+    set_cuda_flags,
+    timed_loop,
+    write_json_atomic,
+)
+from gpulab.launch.common import (
+    resolve_builder as _resolve_builder,
+)
+
+
+def rank_main(config: dict[str, Any], out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    cfg = config_from_dict(config["run"])
+    backend = config["backend"]
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = _dt.timedelta(seconds=float(config.get("pg_timeout_s", 1800)))
+    if backend == "nccl":
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", timeout=timeout, device_id=torch.device(device))
+    else:
+        device = "cpu"
+        torch.set_num_threads(int(config.get("threads", 1)))
+        dist.init_process_group("gloo", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    set_cuda_flags(device)
+    plan = BatchPlan(**config["plan"])
+    rank_cfg = plan.device_config(cfg)
+    rank_cfg.seed = cfg.seed + rank
+    session = _resolve_builder(config.get("builder"))(rank_cfg, device)
+    if session.model is None:
+        raise SystemExit(
+            f"{cfg.workload} optimises an input, not a model: DDP does not apply; use `gpulab sweep` instead"
+        )
+
+    def wrap(model: Any) -> Any:
+        return DistributedDataParallel(model, device_ids=[local_rank] if backend == "nccl" else None)
+
+    session.wrap(wrap)
+    if backend == "nccl":
+
+        def barrier() -> None:
+            dist.barrier(device_ids=[local_rank])
+    else:
+
+        def barrier() -> None:
+            dist.barrier()
+
+    timing = timed_loop(session, cfg.warmup, [device], barrier=barrier)
+    finish = session.finish() or {}
+    mine = {
+        "rank": rank,
+        "seconds": timing.seconds,
+        "samples": timing.samples,
+        "samples_per_step": int(session.samples_per_step),
+        "device": device,
+        "loss": timing.loss,
+        "loss_finite": timing.loss_finite,
+        "max_memory_allocated_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        if backend == "nccl"
+        else None,
+    }
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, mine)
+    if rank == 0:
+        payload = {
+            "world": world,
+            "backend": backend,
+            "ranks": gathered,
+            "steps": timing.steps,
+            "wall_start": timing.wall_start,
+            "wall_end": timing.wall_end,
+            "info": session.info,
+            "finish": finish,
+            "threads": torch.get_num_threads(),
+        }
+        write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one rank of a gpulab DDP run (start it with torchrun)")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    rank_main(json.loads(args.config.read_text()), args.out)
+
+
+if __name__ == "__main__":
+    main()

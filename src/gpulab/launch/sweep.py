@@ -1,0 +1,303 @@
+"""A sweep: N independent runs of one workload, one process per GPU, started together, kept in a psweep database.
+
+Each run is `python -m gpulab.launch.sweep_worker` pinned to its GPU with CUDA_VISIBLE_DEVICES=<GPU UUID> (the
+CUDA ordinal when torch cannot tell the UUID); psweep (`psweep.run`, one pool worker per run) records every run
+as a row of `<sweep-dir>/database.pk` (also written as database.json) with its run id (`_run_id`, shared by the
+runs of one sweep), pset id (`_pset_id`), host (`_exec_host`), runtime (`_pset_runtime`, seconds) and
+`failure` (None, or why the run failed); each run's run.json (its config), result.json and log.txt are in
+`<sweep-dir>/<pset id>/`.
+A later sweep into the same directory appends rows under a new run id.
+
+With more runs than GPUs (a multiple), each GPU runs its share one after another: psweep's pool has one worker
+per GPU and a run takes whichever GPU its worker holds (a file lock keeps two runs off one GPU).
+
+The sweep's Result: n = the GPUs used, value = the machine's throughput while every GPU runs (the samples/s of
+the runs on each GPU, averaged per GPU, added over the GPUs; with one run per GPU simply their sum), seconds =
+wall clock of the whole sweep including process start. The first run on every GPU waits for the others after
+its warm-up, so the timed loops overlap (params.overlap_s says by how much). Without GPUs, `gpus` counts CPU
+processes (each with `threads` threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.launch.common import (
+    check_config,
+    config_to_dict,
+    gpu_uuid,
+    jsonable,
+    nvml_indices,
+    plan_batch,
+    result_from_dict,
+    visible_gpus,
+)
+from gpulab.report.model import Result
+from gpulab.telemetry import Sampler
+from gpulab.workloads.base import RunConfig
+
+DATABASE = "database.pk"
+DATABASE_JSON = "database.json"
+
+
+@contextlib.contextmanager
+def _gpu_slot(slots: list[tuple[str, str]], lock_dir: Path) -> Iterator[tuple[int, str, str]]:
+    """Hold one of the sweep's devices (slot, label, CUDA_VISIBLE_DEVICES value) for the length of one run.
+
+    The pool has one worker per device, so a worker always finds a free one; the lock keeps two runs off one GPU.
+    """
+    while True:
+        for k, slot in enumerate(slots):
+            fh = (lock_dir / f"slot-{k}.lock").open("w")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            try:
+                yield (k, *slot)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                fh.close()
+            return
+        time.sleep(0.05)
+
+
+def _sweep_run(
+    pset: dict[str, Any], *, slots: list[tuple[str, str]], peers: int, work_dir: str, timeout_s: float
+) -> dict[str, Any]:
+    """psweep's per-pset function (runs in a pool worker): start one run pinned to a free device, wait for it.
+
+    The run's config (pset "config", JSON) is written to <sweep-dir>/<pset id>/run.json beside its result.
+    """
+    run_dir = Path(pset["_calc_dir"]) / pset["_pset_id"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config, out, log = run_dir / "run.json", run_dir / "result.json", run_dir / "log.txt"
+    config.write_text(pset["config"])
+    ready = Path(work_dir) / "ready"
+    failure: str | None = None
+    with _gpu_slot(slots, Path(work_dir)) as (slot, label, visible):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"]))
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpulab.launch.sweep_worker",
+            f"--config={config}",
+            f"--out={out}",
+            f"--index={pset['run_index']}",
+            f"--runs={peers}",
+            f"--ready-dir={ready}",
+            f"--device-label={label}",
+        ]
+        started = time.time()
+        with log.open("w") as fh:
+            try:
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s, env=env)
+                if proc.returncode != 0 or not out.exists():
+                    failure = f"exit {proc.returncode}: {_last_line(log)}"
+            except subprocess.TimeoutExpired:
+                failure = f"did not finish in {timeout_s:.0f} s"
+        ended = time.time()
+    facts = {"slot": slot, "device": label, "visible": visible, "started": started, "ended": ended}
+    if failure is not None:
+        ready.mkdir(parents=True, exist_ok=True)
+        (ready / f"{pset['run_index']}.gone").touch()  # peers waiting to start together stop waiting for it
+        return {**facts, "failure": failure, "samples_per_s": None, "timed_seconds": None, "result_file": None}
+    data = json.loads(out.read_text())
+    return {
+        **facts,
+        "failure": None,
+        "samples_per_s": data["value"],
+        "timed_seconds": data["seconds"],
+        "result_file": str(out),
+    }
+
+
+def _last_line(log: Path) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][-500:] if lines else "no output"
+
+
+def run_sweep(
+    cfg: RunConfig,
+    gpus: int,
+    sweep_dir: Path,
+    *,
+    runs: int | None = None,
+    batch_policy: str = "per_device",
+    scale_lr: bool = False,
+    threads: int = 1,
+    builder: str | None = None,
+    timeout_s: float = 3600.0,
+    telemetry: bool = True,
+) -> Result:
+    """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:0..gpus-1.
+
+    Each GPU runs its share of the runs one after another; the first run on every GPU starts together.
+    """
+    import psweep
+
+    check_config(cfg, builder)
+    runs = runs or gpus
+    if gpus < 1 or runs < 1:
+        raise GpulabError(f"a sweep needs at least one GPU and one run, got --gpus {gpus} --runs {runs}")
+    if runs < gpus:
+        raise GpulabError(f"--runs {runs} leaves GPUs idle; pass --runs {gpus} or more (or fewer --gpus)")
+    if runs % gpus:
+        raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
+    visible = visible_gpus()
+    on_gpu = visible > 0
+    if on_gpu and gpus > visible:
+        raise GpulabError(f"asked for {gpus} GPUs but torch sees {visible}; pass --gpus {visible} or fewer")
+    if not on_gpu and gpus * threads > (os.cpu_count() or 1):
+        raise GpulabError(
+            f"{gpus} CPU processes × {threads} threads exceed the {os.cpu_count()} CPU cores; lower --gpus or --threads"
+        )
+    plan = plan_batch(cfg, gpus, batch_policy, scale_lr)
+    ordinals = list(range(gpus)) if on_gpu else []
+    sweep_dir = Path(sweep_dir).resolve()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    slots = [(f"cuda:{k}", gpu_uuid(k) or str(k)) for k in ordinals] or [("cpu", "")] * gpus
+    psets = []
+    for i in range(runs):
+        config = {
+            "run": config_to_dict(cfg),
+            "plan": plan.to_dict(),
+            "builder": builder,
+            "gpu": on_gpu,
+            "threads": threads,
+            "start_timeout_s": timeout_s,
+        }
+        psets.append(
+            {
+                "run_index": i,
+                "workload": cfg.workload,
+                "precision": cfg.precision,
+                "size": cfg.size,
+                "batch": plan.per_device,
+                "threads": threads,
+                "config": json.dumps(config),
+            }
+        )
+    sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
+    with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
+        func = functools.partial(
+            _sweep_run, slots=slots, peers=min(runs, gpus), work_dir=work_dir, timeout_s=float(timeout_s)
+        )
+        start = time.perf_counter()
+        if sampler is not None:
+            sampler.start()
+        try:
+            with warnings.catch_warnings():
+                # psweep's pool forks this (multi-threaded: CUDA, the sampler) process; Python 3.12+ warns about
+                # that. Its workers only start a subprocess and wait, touching no lock those threads hold.
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                df = psweep.run(func, psets, poolsize=gpus, calc_dir=str(sweep_dir), database_basename=DATABASE)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        wall = time.perf_counter() - start
+    psweep.df_write(str(sweep_dir / DATABASE_JSON), df, fmt="json")
+    rows = df.tail(runs)
+    run_id = str(rows["_run_id"].iloc[-1])
+    failed = [(int(r["run_index"]), str(r["failure"])) for _, r in rows.iterrows() if _present(r["failure"])]
+    if failed:
+        shown = "; ".join(f"run {i}: {why}" for i, why in failed)
+        raise GpulabError(
+            f"{len(failed)} of {runs} sweep runs failed ({shown}); their logs are under {sweep_dir}/<pset id>/log.txt "
+            f"and the psweep database {sweep_dir / DATABASE} (run id {run_id}) records them"
+        )
+    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler)
+
+
+def _present(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _sweep_result(
+    cfg: RunConfig,
+    plan_params: dict[str, Any],
+    rows: Any,
+    runs: int,
+    n: int,
+    wall: float,
+    sweep_dir: Path,
+    run_id: str,
+    sampler: Sampler | None,
+) -> Result:
+    per_run: list[dict[str, Any]] = []
+    results: list[Result] = []
+    starts, ends = [], []
+    by_slot: dict[int, list[float]] = {}
+    for _, row in rows.iterrows():
+        data = json.loads(Path(row["result_file"]).read_text())
+        starts.append(data.pop("wall_start"))
+        ends.append(data.pop("wall_end"))
+        result = result_from_dict(data)
+        results.append(result)
+        by_slot.setdefault(int(row["slot"]), []).append(result.value)
+        per_run.append(
+            {
+                "run_index": int(row["run_index"]),
+                "slot": int(row["slot"]),
+                "device": row["device"],
+                "visible_devices": row["visible"] or None,
+                "samples_per_s": result.value,
+                "seconds": result.seconds,
+                "pset_id": row["_pset_id"],
+                "host": row["_exec_host"],
+                "runtime_s": float(row["_pset_runtime"]),
+                "started_together": result.params.get("started_together"),
+                "failure": None,
+            }
+        )
+    first = results[0]
+    params = dict(first.params)
+    for key in ("run_index", "started_together", "max_memory_allocated_mib"):
+        params.pop(key, None)
+    params.update(plan_params)
+    memory = [r.params.get("max_memory_allocated_mib") for r in results]
+    if any(m is not None for m in memory):
+        params["max_memory_allocated_mib"] = memory
+    params.update(
+        per_device_batch=first.batch,
+        global_batch=(first.batch or 0) * n if first.batch else None,
+        runs=per_run,
+        psweep_db=str(sweep_dir / DATABASE),
+        psweep_json=str(sweep_dir / DATABASE_JSON),
+        psweep_run_id=run_id,
+        runs_per_device=runs // n,
+        overlap_s=max(0.0, min(ends[:n]) - max(starts[:n])),  # of the first run on every device
+        slowest_run_s=max(r.seconds or 0.0 for r in results),
+    )
+    if sampler is not None and sampler.overhead() is not None:
+        params["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
+    return Result(
+        workload=cfg.workload,
+        framework="torch",
+        launcher="sweep",
+        n=n,
+        precision=cfg.precision,
+        value=sum(sum(rates) / len(rates) for rates in by_slot.values()),
+        unit="samples/s",
+        device=None,
+        devices=[r.device or "cpu" for r in results],
+        batch=first.batch,
+        seconds=wall,
+        iterations=first.iterations,
+        params=jsonable(params),
+        telemetry=sampler.summary(min(starts), max(ends)) if sampler is not None else None,
+    )

@@ -1,0 +1,120 @@
+"""Speedup and scaling figures derived from a report's results (pure functions).
+
+Speedups, per workload × framework × precision (same unit):
+    cpu:1 → gpu:1     one CPU thread against one GPU
+    cpu:T → gpu:1     all T CPU threads (the largest cpu row) against one GPU
+    cpu:1 → cpu:T     what the CPU threads themselves bring
+
+Scaling, per workload × framework × launcher × precision, for every n: speedup = throughput(n) / base and
+efficiency = speedup / n. The base is the same launcher's n=1 row (DDP on one GPU, as scaling efficiency is
+usually quoted: the cost of DDP itself shows in the results, ddp:1 against gpu:1); a multi-GPU launcher (ddp,
+dataparallel, sweep, mirrored) without one is measured against the one-GPU row (launcher "gpu", n=1) of the same
+workload × framework × precision, and one-thread CPU processes (ddp over gloo, a CPU sweep) against the cpu
+launcher's 1-thread row. The cpu launcher scales over threads against its 1-thread row. A row with no base is
+left out.
+
+When a report holds several rows for the same key (a run repeated and appended), the last one counts.
+
+`expected` gives the expected efficiency (a fraction, 0.98 = 98 %) per row, looked up by the most specific key
+first: "workload:launcher:n", "workload:launcher", "launcher:n", "launcher", "*". A value is a number (source
+"expected efficiency") or {"efficiency": 0.98, "source": "NVIDIA DDP ResNet50 figures, 4× H200"}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpulab.report.model import Result, Scaling, Speedup
+
+MULTI_GPU_LAUNCHERS = ("ddp", "dataparallel", "sweep", "mirrored")
+SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
+
+_Group = tuple[str, str, str, str]  # workload, framework, precision, unit
+
+
+def _on_cpu(result: Result) -> bool:
+    return bool(result.devices) and all(d.startswith("cpu") for d in result.devices)
+
+
+def _latest(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Result]:
+    """(group, launcher, n) -> the last usable row with that key."""
+    rows: dict[tuple[_Group, str, int], Result] = {}
+    for r in results:
+        if r.value is None or r.value <= 0 or r.n < 1:
+            continue
+        rows[((r.workload, r.framework, r.precision, r.unit), r.launcher, r.n)] = r
+    return rows
+
+
+def speedups(results: Iterable[Result]) -> list[Speedup]:
+    """cpu:1 → gpu:1, cpu:T → gpu:1 and cpu:1 → cpu:T for every workload × framework × precision."""
+    rows = _latest(results)
+    groups = sorted({g for g, _, _ in rows})
+    out: list[Speedup] = []
+    for group in groups:
+        workload, framework, precision, _unit = group
+        cpu1 = rows.get((group, "cpu", 1))
+        gpu1 = rows.get((group, "gpu", 1))
+        cpu_ns = [n for g, launcher, n in rows if g == group and launcher == "cpu" and n > 1]
+        cpu_all = rows.get((group, "cpu", max(cpu_ns))) if cpu_ns else None
+
+        pairs = [(cpu1, gpu1, "cpu:1", "gpu:1")]
+        if cpu_all is not None:
+            pairs += [(cpu_all, gpu1, f"cpu:{cpu_all.n}", "gpu:1"), (cpu1, cpu_all, "cpu:1", f"cpu:{cpu_all.n}")]
+        for frm, to, frm_label, to_label in pairs:
+            if frm is not None and to is not None:
+                out.append(Speedup(workload, framework, precision, frm_label, to_label, to.value / frm.value))
+    return out
+
+
+def _expected(
+    expected: Mapping[str, Any] | None, workload: str, launcher: str, n: int
+) -> tuple[float | None, str | None]:
+    if not expected:
+        return None, None
+    for key in (f"{workload}:{launcher}:{n}", f"{workload}:{launcher}", f"{launcher}:{n}", launcher, "*"):
+        if key not in expected:
+            continue
+        value = expected[key]
+        if isinstance(value, Mapping):
+            eff = value.get("efficiency")
+            return (float(eff) if eff is not None else None), value.get("source") or "expected efficiency"
+        return float(value), "expected efficiency"
+    return None, None
+
+
+def scaling(results: Iterable[Result], expected: Mapping[str, Any] | None = None) -> list[Scaling]:
+    """Throughput, speedup and efficiency of every cpu/ddp/dataparallel/sweep/mirrored row against its base."""
+    rows = _latest(results)
+    out: list[Scaling] = []
+    for (group, launcher, n), row in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        if launcher not in SCALING_LAUNCHERS:
+            continue
+        own = rows.get((group, launcher, 1))
+        base = own if own is not None and _on_cpu(own) == _on_cpu(row) else None
+        if base is None and launcher in MULTI_GPU_LAUNCHERS:
+            if not _on_cpu(row):
+                base = rows.get((group, "gpu", 1))
+            elif row.params.get("threads") == 1:
+                base = rows.get((group, "cpu", 1))  # N one-thread CPU processes against one thread
+        if base is None:
+            continue
+        workload, framework, precision, _unit = group
+        speedup = row.value / base.value
+        eff, source = _expected(expected, workload, launcher, n)
+        out.append(
+            Scaling(
+                workload=workload,
+                framework=framework,
+                launcher=launcher,
+                precision=precision,
+                n=n,
+                throughput=row.value,
+                speedup=speedup,
+                efficiency=speedup / n,
+                expected=eff,
+                expected_source=source,
+            )
+        )
+    return out

@@ -1,0 +1,64 @@
+"""CheXNet: DenseNet121 with 14 sigmoid outputs (ChestX-ray14 findings), BCE-with-logits, Adam; random 224 crop
+from 264 and horizontal flip on the device, for synthetic and real images alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+
+# size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
+SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
+IMAGE = {"tiny": 64}  # crop side; 224 for other sizes
+CLASSES = 14
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+DEFAULTS: dict[str, Any] = {"image": None, "learning_rate": 1e-3}  # image: crop side (loads at side·264/224)
+
+
+def make_model() -> Any:
+    from gpulab.workloads.tv import import_torchvision
+
+    return import_torchvision().models.densenet121(weights=None, num_classes=CLASSES)
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
+    import torch
+
+    from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
+
+    p = Params("chexnet", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
+    side = round(crop * 264 / 224)
+    lr = p.number("learning_rate", above=True)
+
+    def make_optimizer(params: Any) -> Any:
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999))
+
+    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
+        x = torch.randn(n, 3, side, side, device=device, generator=gen)
+        return x, torch.randint(0, 2, (n, CLASSES), device=device, generator=gen).float()
+
+    def real(root: Path) -> tuple[Any, bool]:
+        folder, paths, labels = read_labels_csv(root, "chexnet", CLASSES)
+        return ImageFolderCSV(folder, paths, labels, side), False
+
+    def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
+        return DeviceAugment(crop=crop, flip=True, mean=mean, std=std, channels_last=cfg.channels_last, seed=cfg.seed)
+
+    return build_classifier(
+        cfg,
+        device,
+        batch=batch,
+        steps=steps,
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        loss_fn=torch.nn.BCEWithLogitsLoss(),
+        synthetic=synthetic,
+        synthetic_augment=augment(),
+        real=real,
+        real_augment=augment(MEAN, STD),
+        info={"image_hw": [crop, crop], "loaded_hw": [side, side], "augment": f"crop {crop} of {side}, flip"},
+    )

@@ -1,0 +1,77 @@
+"""CIFAR-10: VGG19 with batch norm for 32×32 inputs (torchvision's VGG19-bn features, a 512→10 classifier),
+SGD with momentum; random crop (4-pixel zero padding) and horizontal flip on the device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+
+# size: (batch, steps); "full" is one epoch of the 50,000 training images
+SIZES = {"tiny": (8, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 390)}
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+DEFAULTS: dict[str, Any] = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+
+
+def make_model() -> Any:
+    """The standard CIFAR VGG19: torchvision's VGG19-bn feature layers (32×32 → 512×1×1), then Linear(512, 10)."""
+    import torch.nn as nn
+
+    from gpulab.workloads.tv import import_torchvision
+
+    vgg = import_torchvision().models.vgg
+    features = vgg.make_layers(vgg.cfgs["E"], batch_norm=True)
+    model = nn.Sequential(features, nn.Flatten(), nn.Linear(512, 10))
+    for m in model.modules():  # torchvision's VGG initialisation
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0, 0.01)
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
+    import torch
+
+    from gpulab.workloads.data import InMemoryBatches, read_cifar10
+
+    p = Params("cifar10", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    lr = p.number("learning_rate", above=True)
+    momentum = p.number("momentum", maximum=1.0)
+    weight_decay = p.number("weight_decay")
+
+    def make_optimizer(params: Any) -> Any:
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
+        x = torch.randn(n, 3, 32, 32, device=device, generator=gen)
+        return x, torch.randint(0, 10, (n,), device=device, generator=gen)
+
+    def real(root: Path) -> tuple[Any, bool]:
+        return InMemoryBatches(*read_cifar10(root)), True
+
+    def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
+        return DeviceAugment(
+            crop=32, pad=4, flip=True, mean=mean, std=std, channels_last=cfg.channels_last, seed=cfg.seed
+        )
+
+    return build_classifier(
+        cfg,
+        device,
+        batch=batch,
+        steps=steps,
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        synthetic=synthetic,
+        synthetic_augment=augment(),
+        real=real,
+        real_augment=augment(MEAN, STD),
+        info={"image_hw": [32, 32], "augment": "pad 4, crop 32, flip", "learning_rate": lr},
+    )

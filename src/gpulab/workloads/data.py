@@ -1,0 +1,274 @@
+"""Real training data from disk: MNIST IDX files, CIFAR-10 python batches, an image folder with a labels CSV.
+
+Readers return uint8 images (normalised later on the device) and raise GpulabError naming the files they expected.
+The `write_*` functions make small data sets in the same formats (scikit-learn's digits as MNIST, generated images),
+for trying the real-data path on a machine without the data sets.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import pickle
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+LABELS_CSV = "labels.csv"
+
+
+# ---------- MNIST (IDX) ----------
+
+
+def _find_mnist(root: Path) -> tuple[Path, Path]:
+    for folder in (root, root / "MNIST" / "raw", root / "raw"):
+        found = []
+        for name in MNIST_FILES:
+            plain, packed = folder / name, folder / f"{name}.gz"
+            found.append(plain if plain.is_file() else packed if packed.is_file() else None)
+        if all(found):
+            return found[0], found[1]  # type: ignore[return-value]
+    raise GpulabError(
+        f"mnist: no MNIST data in {root}: expected {MNIST_FILES[0]} and {MNIST_FILES[1]} (optionally .gz) "
+        "in that folder or in MNIST/raw/ under it"
+    )
+
+
+def _read_idx(path: Path, dims: int) -> Any:
+    import numpy as np
+
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
+        if zero != 0 or dtype != 0x08 or ndim != dims:
+            raise ValueError(f"header says type 0x{dtype:02x} with {ndim} dimensions, expected unsigned bytes, {dims}")
+        shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
+        data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+        if data.size != int(np.prod(shape)):
+            raise ValueError(f"{data.size} bytes of data for shape {shape}")
+        return data.reshape(shape)
+    except (OSError, EOFError, ValueError, struct.error) as err:
+        raise GpulabError(f"mnist: {path} is not a valid IDX file: {err}") from None
+
+
+def read_mnist(root: Path) -> tuple[Any, Any]:
+    """(images uint8 N×1×28×28, labels int64 N) from the training IDX files."""
+    import torch
+
+    images_path, labels_path = _find_mnist(root)
+    images, labels = _read_idx(images_path, 3), _read_idx(labels_path, 1)
+    if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max(initial=0) > 9:
+        raise GpulabError(
+            f"mnist: {images_path} and {labels_path} do not match: {images.shape} images of 28x28 expected, "
+            f"{labels.shape} labels 0..9"
+        )
+    return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype("int64"))
+
+
+# ---------- CIFAR-10 (python pickles) ----------
+
+
+def read_cifar10(root: Path) -> tuple[Any, Any]:
+    """(images uint8 N×3×32×32, labels int64 N) from data_batch_1..5."""
+    import numpy as np
+    import torch
+
+    folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
+    missing = [name for name in CIFAR_FILES if not (folder / name).is_file()]
+    if missing:
+        raise GpulabError(
+            f"cifar10: no CIFAR-10 python batches in {folder}: expected {', '.join(CIFAR_FILES)} "
+            f"(missing {', '.join(missing)})"
+        )
+    images, labels = [], []
+    for name in CIFAR_FILES:
+        path = folder / name
+        try:
+            with path.open("rb") as f:
+                entry = pickle.load(f, encoding="bytes")
+            data = np.asarray(entry[b"data"], dtype=np.uint8)
+            batch_labels = np.asarray(entry.get(b"labels", entry.get(b"fine_labels")), dtype=np.int64)
+            if data.ndim != 2 or data.shape[1] != 3072 or len(batch_labels) != len(data):
+                raise ValueError(f"data {data.shape}, labels {batch_labels.shape}")
+            if len(batch_labels) and (batch_labels.min() < 0 or batch_labels.max() > 9):
+                raise ValueError("labels outside 0..9")
+        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError) as err:
+            raise GpulabError(
+                f"cifar10: {path} is not a CIFAR-10 python batch (a pickled dict with b'data' N×3072 uint8 and "
+                f"b'labels'): {err}"
+            ) from None
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.append(batch_labels)
+    return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
+
+
+class InMemoryBatches:
+    """Tensors in host memory; __getitem__ takes a list of indices (a BatchSampler's) and returns the whole batch."""
+
+    def __init__(self, images: Any, labels: Any) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, indices: Sequence[int]) -> tuple[Any, Any]:
+        import torch
+
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return self.images[index], self.labels[index]
+
+
+# ---------- image folder + labels CSV ----------
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_labels_csv(root: Path, workload: str, label_columns: int) -> tuple[Path, list[str], Any]:
+    """(image folder, relative paths, labels) from `labels.csv` in `root` (or `root` itself if it is a CSV).
+
+    label_columns 1: `path,label` (integer class); more: `path,l1..lN` (0/1 per class). A header row is skipped."""
+    import numpy as np
+
+    csv_path = root if root.is_file() else root / LABELS_CSV
+    layout = "path,label" if label_columns == 1 else f"path,l1..l{label_columns}"
+    if not csv_path.is_file():
+        raise GpulabError(
+            f"{workload}: no {LABELS_CSV} in {root}: expected an image folder with {LABELS_CSV} (columns {layout}, "
+            "paths relative to the CSV's folder)"
+        )
+    folder = csv_path.parent
+    paths: list[str] = []
+    rows: list[list[float]] = []
+    try:
+        with csv_path.open(newline="") as f:
+            for number, row in enumerate(csv.reader(f), start=1):
+                if not row or not "".join(row).strip():
+                    continue
+                if number == 1 and not all(_is_number(v) for v in row[1:]):
+                    continue  # header
+                if len(row) != 1 + label_columns or not all(_is_number(v) for v in row[1:]):
+                    raise ValueError(f"line {number}: {len(row)} columns {row[:3]}..., expected {layout}")
+                paths.append(row[0].strip())
+                rows.append([float(v) for v in row[1:]])
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise GpulabError(f"{workload}: cannot read {csv_path}: {err}") from None
+    except ValueError as err:
+        raise GpulabError(f"{workload}: {csv_path} is not a labels CSV with columns {layout}: {err}") from None
+    if not paths:
+        raise GpulabError(f"{workload}: {csv_path} lists no images (columns {layout})")
+    missing = [p for p in paths if not (folder / p).is_file()]
+    if missing:
+        raise GpulabError(
+            f"{workload}: {len(missing)} image(s) listed in {csv_path} do not exist, e.g. {folder / missing[0]}"
+        )
+    labels = np.asarray(rows, dtype=np.float32)
+    return folder, paths, labels
+
+
+class ImageFolderCSV:
+    """Images decoded with Pillow in the loader's workers, resized to side×side, returned as uint8 3×side×side."""
+
+    def __init__(self, folder: Path, paths: list[str], labels: Any, side: int) -> None:
+        self.folder, self.paths, self.labels, self.side = folder, paths, labels, side
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        path = self.folder / self.paths[index]
+        try:
+            with Image.open(path) as img:
+                rgb = img.convert("RGB").resize((self.side, self.side), Image.Resampling.BILINEAR)
+        except OSError as err:
+            raise GpulabError(f"cannot read image {path}: {err}") from None
+        x = torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+        return x, torch.from_numpy(np.array(self.labels[index]))
+
+
+# ---------- small data sets in the real formats ----------
+
+
+def _write_idx(path: Path, array: Any) -> None:
+    import numpy as np
+
+    data = np.ascontiguousarray(array, dtype=np.uint8)
+    with path.open("wb") as f:
+        f.write(struct.pack(">HBB", 0, 0x08, data.ndim))
+        f.write(struct.pack(f">{data.ndim}I", *data.shape))
+        f.write(data.tobytes())
+
+
+def write_digits_mnist(root: Path) -> int:
+    """scikit-learn's 1797 8×8 digits, upsampled to 20×20 in a 28×28 frame like MNIST, as training IDX files.
+    Returns the number of images."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.zeros((len(digits.images), 28, 28), dtype=np.uint8)
+    for i, image in enumerate(digits.images):
+        small = Image.fromarray((image * (255.0 / 16.0)).astype(np.uint8))
+        images[i, 4:24, 4:24] = np.asarray(small.resize((20, 20), Image.Resampling.BILINEAR))
+    root.mkdir(parents=True, exist_ok=True)
+    _write_idx(root / MNIST_FILES[0], images)
+    _write_idx(root / MNIST_FILES[1], digits.target.astype(np.uint8))
+    return len(images)
+
+
+def write_cifar10_batches(root: Path, per_batch: int = 20, seed: int = 0) -> int:
+    """Five CIFAR-10 python batches of random images (labels 0..9). Returns the number of images."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for name in CIFAR_FILES:
+        entry = {
+            b"batch_label": name.encode(),
+            b"data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
+            b"labels": [int(v) for v in rng.integers(0, 10, size=per_batch)],
+        }
+        with (root / name).open("wb") as f:
+            pickle.dump(entry, f)
+    return per_batch * len(CIFAR_FILES)
+
+
+def write_image_folder(root: Path, count: int, *, label_columns: int, classes: int = 2, side: int = 48) -> int:
+    """`count` generated JPEG images and labels.csv (`path,label` for label_columns 1, else `path,l1..lN`)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    header = ["path", "label"] if label_columns == 1 else ["path"] + [f"l{i}" for i in range(1, label_columns + 1)]
+    rows: list[list[Any]] = []
+    for i in range(count):
+        rel = f"images/{i:05d}.jpg"
+        pixels = rng.integers(0, 256, size=(side, side + 8, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / rel, quality=90)
+        if label_columns == 1:
+            rows.append([rel, int(rng.integers(0, classes))])
+        else:
+            rows.append([rel, *(int(v) for v in rng.integers(0, 2, size=label_columns))])
+    with (root / LABELS_CSV).open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return count

@@ -1,0 +1,72 @@
+"""MNIST: the classic two-convolution CNN of the Keras and PyTorch MNIST examples, Adadelta (or SGD)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+
+# size: (batch, steps); "full" is one epoch of the 60,000 training images
+SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}
+MEAN, STD = (0.1307,), (0.3081,)
+DEFAULTS: dict[str, Any] = {"optimizer": "adadelta", "learning_rate": None}  # lr None: 1.0 Adadelta, 0.01 SGD
+
+
+def make_model() -> Any:
+    """conv32-conv64-maxpool-dropout-fc128-dropout-fc10 on 28×28×1 (logits; the loss applies log-softmax)."""
+    import torch.nn as nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Flatten(),
+        nn.Linear(9216, 128),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(128, 10),
+    )
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
+    import torch
+
+    from gpulab.workloads.data import InMemoryBatches, read_mnist
+
+    p = Params("mnist", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    optimizer = p.choice("optimizer", ("adadelta", "sgd"))
+    lr = p.number("learning_rate", above=True) if p.raw("learning_rate") is not None else None
+    lr = lr or (1.0 if optimizer == "adadelta" else 0.01)
+
+    def make_optimizer(params: Any) -> Any:
+        if optimizer == "adadelta":
+            return torch.optim.Adadelta(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, momentum=0.5)
+
+    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
+        x = torch.randn(n, 1, 28, 28, device=device, generator=gen)
+        return x, torch.randint(0, 10, (n,), device=device, generator=gen)
+
+    def real(root: Path) -> tuple[Any, bool]:
+        return InMemoryBatches(*read_mnist(root)), True
+
+    return build_classifier(
+        cfg,
+        device,
+        batch=batch,
+        steps=steps,
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        synthetic=synthetic,
+        synthetic_augment=None,
+        real=real,
+        real_augment=DeviceAugment(mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed),
+        info={"image_hw": [28, 28], "learning_rate": lr},
+    )

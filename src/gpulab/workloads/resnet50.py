@@ -1,0 +1,76 @@
+"""ResNet50 (torchvision, 285 classes) at 224×224, SGD with momentum, cross entropy.
+
+Synthetic data is one fixed batch, as in the plain reference script; real images (folder + labels CSV) load at
+256/224 of the crop side and get a random crop and flip on the device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+
+# size: (batch per device, steps)
+SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
+IMAGE = {"tiny": 64}  # side; 224 for other sizes
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+DEFAULTS: dict[str, Any] = {
+    "image": None,
+    "num_classes": 285,
+    "learning_rate": 0.1,
+    "momentum": 0.9,
+    "weight_decay": 1e-4,
+}
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
+    import numpy as np
+    import torch
+
+    from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
+    from gpulab.workloads.tv import import_torchvision
+
+    p = Params("resnet50", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
+    side = round(crop * 256 / 224)
+    classes = p.integer("num_classes", minimum=2) or 285
+    lr = p.number("learning_rate", above=True)
+    momentum = p.number("momentum", maximum=1.0)
+    weight_decay = p.number("weight_decay")
+
+    def make_model() -> Any:
+        return import_torchvision().models.resnet50(weights=None, num_classes=classes)
+
+    def make_optimizer(params: Any) -> Any:
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
+        x = torch.randn(n, 3, crop, crop, device=device, generator=gen)
+        return x, torch.randint(0, classes, (n,), device=device, generator=gen)
+
+    def real(root: Path) -> tuple[Any, bool]:
+        folder, paths, labels = read_labels_csv(root, "resnet50", 1)
+        values = labels[:, 0]
+        if (values != np.round(values)).any() or values.min() < 0 or values.max() >= classes:
+            raise GpulabError(f"resnet50: labels in {root} must be integers 0..{classes - 1} (num_classes={classes})")
+        return ImageFolderCSV(folder, paths, values.astype(np.int64), side), False
+
+    return build_classifier(
+        cfg,
+        device,
+        batch=batch,
+        steps=steps,
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        synthetic=synthetic,
+        synthetic_augment=None,
+        real=real,
+        real_augment=DeviceAugment(
+            crop=crop, flip=True, mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed
+        ),
+        info={"image_hw": [crop, crop], "classes": classes, "learning_rate": lr},
+    )

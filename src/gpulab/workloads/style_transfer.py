@@ -1,0 +1,432 @@
+"""Neural style transfer (Gatys et al.) on VGG19: Adam optimises the image itself; no model is trained.
+
+Loss as in the classic TensorFlow neural-style: content (mean squared feature difference at relu4_2/relu5_2, blended),
+style (mean squared Gram-matrix difference at relu1_1..relu5_1, layer weights ∝ exp^i), total variation (mean squared
+neighbour difference). The image lives in 0..255 pixel space, so the classic learning rate 1e1 applies; it is
+normalised for torchvision's VGG19 on the way in. VGG weights are random unless `vgg_weights` names a state_dict.
+
+Per step: one forward through `features` up to the deepest layer in use (never beyond relu5_2), the losses, one
+backward, one Adam step; targets are computed once without gradients; nothing synchronises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
+from gpulab.workloads.tv import import_torchvision
+
+# size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
+SIZES = {"tiny": (64, 10), "quick": (512, 100), "standard": (512, 300), "full": (512, 1000)}
+
+CONTENT_LAYERS = {"relu4_2": 22, "relu5_2": 31}  # indices in torchvision's vgg19().features
+STYLE_LAYERS = {"relu1_1": 1, "relu2_1": 6, "relu3_1": 11, "relu4_1": 20, "relu5_1": 29}
+REFERENCE_ASPECT = (532, 512)  # height, width of the reference run; the default content image is cropped to it
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+DEFAULTS: dict[str, Any] = {
+    "width": None,  # output width in pixels; None: the size's default
+    "height": None,  # None: keep the content image's aspect ratio
+    "iterations": None,  # None: cfg.steps or the size's default
+    "learning_rate": 1e1,
+    "beta1": 0.9,
+    "beta2": 0.999,
+    "epsilon": 1e-8,
+    "style_scales": 1.0,  # one per style image, or one for all
+    "content_weight": 5e0,
+    "content_weight_blend": 1.0,  # relu4_2 gets blend, relu5_2 gets 1 - blend
+    "style_weight": 5e2,
+    "tv_weight": 1e2,
+    "style_layer_weight_exp": 1.0,
+    "pooling": "max",
+    "initial": "noise",
+    "content": None,  # image path; default: scikit-learn's china.jpg, else a generated image
+    "style": None,  # image path or list of paths; default: scikit-learn's flower.jpg, else a generated image
+    "output": None,  # where finish() writes the result image
+    "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only)
+}
+
+
+# ---------- images ----------
+
+
+def _generated_image(kind: str, height: int = 427, width: int = 640) -> Any:
+    """A deterministic photo-sized RGB image (uint8 H×W×3), used when scikit-learn's sample photos are unavailable."""
+    import numpy as np
+
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    if kind == "content":
+        r = 128 + 100 * np.sin(x / 37.0) * np.cos(y / 53.0)
+        g = 255 * (y / height)
+        b = 255 * ((x - width / 2) ** 2 + (y - height / 2) ** 2 < (min(height, width) / 3) ** 2)
+    else:
+        r = 128 + 127 * np.sin((x + y) / 9.0)
+        g = 128 + 127 * np.sin((x - 2 * y) / 13.0)
+        b = 128 + 127 * np.cos(np.hypot(x - width / 3, y - height / 3) / 7.0)
+    return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
+
+
+def default_image(kind: str, *, use_samples: bool = True) -> tuple[Any, str]:
+    """(uint8 H×W×3, description): scikit-learn's sample photo (china.jpg / flower.jpg), else a generated image."""
+    name = "china.jpg" if kind == "content" else "flower.jpg"
+    if use_samples:
+        try:
+            from sklearn.datasets import load_sample_image
+
+            return load_sample_image(name), f"sample:{name}"
+        except Exception:  # scikit-learn missing or without its sample images
+            pass
+    return _generated_image(kind), f"generated:{kind}"
+
+
+def _load_image(path: Path) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except OSError as err:
+        raise GpulabError(f"style_transfer: cannot read image {path}: {err}") from None
+
+
+def _resize(array: Any, height: int, width: int) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(array).resize((width, height), Image.Resampling.LANCZOS))
+
+
+def _crop_to_aspect(array: Any, height: int, width: int) -> Any:
+    h, w = array.shape[:2]
+    if h * width > w * height:  # too tall
+        keep = round(w * height / width)
+        top = (h - keep) // 2
+        return array[top : top + keep]
+    keep = round(h * width / height)
+    left = (w - keep) // 2
+    return array[:, left : left + keep]
+
+
+def _to_tensor(array: Any, device: str) -> Any:
+    import torch
+
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).unsqueeze(0).float().to(device)
+
+
+# ---------- network ----------
+
+
+def vgg19_features(layers: int, pooling: str) -> Any:
+    """The first `layers` modules of torchvision's VGG19 `features`, initialised as torchvision does, max or avg
+    pooling. Built without the 120M-parameter classifier that only the full model needs."""
+    import torch.nn as nn
+
+    tv = import_torchvision()
+    vgg = tv.models.vgg
+    if hasattr(vgg, "make_layers") and hasattr(vgg, "cfgs"):
+        features = vgg.make_layers(vgg.cfgs["E"], batch_norm=False)
+        for module in features:
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+    else:
+        features = tv.models.vgg19(weights=None).features
+    modules = [
+        nn.AvgPool2d(kernel_size=2, stride=2) if pooling == "avg" and isinstance(m, nn.MaxPool2d) else m
+        for m in list(features)[:layers]
+    ]
+    return nn.Sequential(*modules)
+
+
+def _load_weights(features: Any, path: Path) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise GpulabError(f"style_transfer: cannot load VGG19 weights from {path}: {err}") from None
+    if not isinstance(state, dict):
+        raise GpulabError(f"style_transfer: {path} holds a {type(state).__name__}, not a VGG19 state_dict")
+    if any(k.startswith("features.") for k in state):
+        state = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
+    wanted = features.state_dict()
+    missing = [k for k in wanted if k not in state]
+    if missing:
+        raise GpulabError(
+            f"style_transfer: {path} is not a torchvision VGG19 state_dict: no {missing[0]} "
+            f"(expected keys like features.0.weight)"
+        )
+    try:
+        features.load_state_dict({k: state[k] for k in wanted})
+    except RuntimeError as err:
+        raise GpulabError(f"style_transfer: {path} does not fit VGG19: {err}") from None
+    return f"{path} sha256:{digest.hexdigest()[:12]}"
+
+
+def _gram(features: Any, scale: float) -> Any:
+    _, channels, height, width = features.shape
+    flat = features.reshape(channels, height * width)
+    return (flat @ flat.t()) * scale
+
+
+# ---------- session ----------
+
+
+class StyleTransferSession:
+    model: Any = None
+    samples_per_step = 1
+
+    def __init__(self, cfg: RunConfig, device: str) -> None:
+        p = Params("style_transfer", cfg.params, DEFAULTS)
+        default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
+        _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
+        if cfg.batch not in (None, 1):
+            raise GpulabError(f"style_transfer optimises one image: batch must be 1 or unset, not {cfg.batch}")
+        if cfg.data is not None:
+            raise GpulabError("style_transfer takes its images from params content= and style=, not from data")
+        iterations = p.integer("iterations")
+        if iterations is not None and cfg.steps is not None and iterations != cfg.steps:
+            raise GpulabError(f"style_transfer: iterations={iterations} and steps={cfg.steps} disagree; give one")
+        self.steps = iterations or cfg_steps
+        width = p.integer("width", minimum=32) or default_width
+        height = p.integer("height", minimum=32)
+        pooling = p.choice("pooling", ("max", "avg"))
+        initial = p.choice("initial", ("noise", "content"))
+        content_weight = p.number("content_weight")
+        blend = p.number("content_weight_blend", maximum=1.0)
+        style_weight = p.number("style_weight")
+        tv_weight = p.number("tv_weight")
+        layer_exp = p.number("style_layer_weight_exp", above=True)
+        lr = p.number("learning_rate", above=True)
+        betas = (p.number("beta1", maximum=1.0), p.number("beta2", maximum=1.0))
+        eps = p.number("epsilon", above=True)
+        style_paths = p.raw("style")
+        style_paths = (
+            [] if style_paths is None else [style_paths] if isinstance(style_paths, (str, Path)) else list(style_paths)
+        )
+        scales = p.numbers("style_scales")
+        styles_n = max(1, len(style_paths))
+        if len(scales) == 1:
+            scales = scales * styles_n
+        elif len(scales) != styles_n:
+            raise GpulabError(
+                f"style_transfer: style_scales has {len(scales)} values for {styles_n} style image(s); "
+                "give one, or one per style image"
+            )
+        if content_weight == 0 and style_weight == 0:
+            raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
+        output = p.raw("output")
+        self._output = Path(output).expanduser() if output else None
+        weights_path = p.existing_file("vgg_weights")
+
+        seed_everything(cfg.seed)
+        self._numerics = numerics = Numerics(cfg.precision, device)
+        self._finished = False
+        try:
+            self._build(
+                cfg, device, p, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight,
+                layer_exp, lr, betas, eps, style_paths, scales, weights_path,
+            )  # fmt: skip
+        except BaseException:
+            numerics.close()
+            raise
+
+    def _build(
+        self,
+        cfg: RunConfig,
+        device: str,
+        p: Params,
+        width: int,
+        height: int | None,
+        pooling: str,
+        initial: str,
+        content_weight: float,
+        blend: float,
+        style_weight: float,
+        tv_weight: float,
+        layer_exp: float,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        style_paths: list[Any],
+        scales: list[float],
+        weights_path: Path | None,
+    ) -> None:
+        import torch
+
+        # images
+        content_path = p.existing_file("content")
+        if content_path is not None:
+            content_np, content_desc = _load_image(content_path), str(content_path)
+            h0, w0 = content_np.shape[:2]
+            height = height or max(32, round(width * h0 / w0))
+        else:
+            content_np, content_desc = default_image("content")
+            if height is None:
+                content_np = _crop_to_aspect(content_np, *REFERENCE_ASPECT)
+                height = round(width * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1])
+        content_np = _resize(content_np, height, width)
+        styles: list[tuple[Any, str]] = []
+        for path in style_paths:
+            path = Path(path).expanduser()
+            if not path.is_file():
+                raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
+            styles.append((_load_image(path), str(path)))
+        if not styles:
+            styles.append(default_image("style"))
+        style_arrays = []
+        for (array, _), scale in zip(styles, scales, strict=True):
+            h0, w0 = array.shape[:2]
+            style_w, style_h = scale * width, scale * width * h0 / w0
+            grow = max(1.0, 32 / min(style_w, style_h))  # VGG's four poolings need at least 32 pixels a side
+            style_h, style_w = round(style_h * grow), round(style_w * grow)
+            style_arrays.append(_resize(array, style_h, style_w))
+
+        # layer weights, and how deep the network must go
+        content_taps = {CONTENT_LAYERS["relu4_2"]: blend, CONTENT_LAYERS["relu5_2"]: 1.0 - blend}
+        content_taps = {i: content_weight * w for i, w in content_taps.items() if content_weight * w > 0}
+        raw = [layer_exp**i for i in range(len(STYLE_LAYERS))]
+        style_taps = {i: style_weight * w / sum(raw) for i, w in zip(STYLE_LAYERS.values(), raw, strict=True)}
+        style_taps = {i: w for i, w in style_taps.items() if w > 0}
+        layers = max([*content_taps, *style_taps]) + 1
+
+        features = vgg19_features(layers, pooling)
+        self._weights = _load_weights(features, weights_path) if weights_path is not None else "random"
+        channels_last = cfg.channels_last
+        memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        features = features.to(device=device, memory_format=memory_format).eval()
+        for param in features.parameters():
+            param.requires_grad_(False)
+        self._features = features
+        self._taps = frozenset([*content_taps, *style_taps])
+        std = torch.tensor(IMAGENET_STD)
+        self._scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1).to(device)
+        self._shift = (-torch.tensor(IMAGENET_MEAN) / std).view(1, 3, 1, 1).to(device)
+        self._memory_format = memory_format
+
+        # targets, once, without gradients; style weights folded into the Gram scale (w·mse(a, b) = mse(√w·a, √w·b))
+        content = _to_tensor(content_np, device).contiguous(memory_format=memory_format)
+        with torch.no_grad():
+            feats = self._run(content)
+            self._content = [(i, w, feats[i].float()) for i, w in content_taps.items()]
+            blend_styles = 1.0 / len(style_arrays)
+            self._style: list[tuple[int, float, Any]] = []
+            style_feats = [
+                self._run(_to_tensor(a, device).contiguous(memory_format=memory_format)) for a in style_arrays
+            ]
+            for i, w in style_taps.items():
+                _, c, h, wd = feats[i].shape
+                scale = math.sqrt(w) / (c * h * wd)
+                target = sum(
+                    blend_styles * _gram(sf[i].float(), math.sqrt(w) / (c * sf[i].shape[2] * sf[i].shape[3]))
+                    for sf in style_feats
+                )
+                self._style.append((i, scale, target))
+        self._tv_weight = tv_weight
+
+        generator = torch.Generator().manual_seed(cfg.seed)
+        start = content.clone() if initial == "content" else torch.rand(content.shape, generator=generator) * 255.0
+        self._image = start.to(device).contiguous(memory_format=memory_format).requires_grad_(True)
+        fused = torch.device(device).type == "cuda"
+        self._optimizer = torch.optim.Adam([self._image], lr=lr, betas=betas, eps=eps, fused=fused or None)
+        self._last_loss: Any = None
+        self._steps_run = 0
+
+        self.info: dict[str, Any] = {
+            "workload": "style_transfer",
+            "device": device,
+            **self._numerics.facts(),
+            "channels_last": channels_last,
+            "size": cfg.size,
+            "iterations": self.steps,
+            "image_hw": [height, width],
+            "style_hw": [list(a.shape[:2]) for a in style_arrays],
+            "data": "real:" + content_desc if content_path is not None else content_desc,
+            "content": content_desc,
+            "style": [desc for _, desc in styles],
+            "weights": self._weights,
+            "vgg_layers": layers,
+            "pooling": pooling,
+            "initial": initial,
+            "optimizer": "Adam" + (" (fused)" if fused else ""),
+            "learning_rate": lr,
+            "content_weight": content_weight,
+            "content_weight_blend": blend,
+            "style_weight": style_weight,
+            "tv_weight": tv_weight,
+            "style_layer_weight_exp": layer_exp,
+            "style_scales": scales,
+        }
+
+    def _run(self, x: Any) -> dict[int, Any]:
+        out = {}
+        for i, layer in enumerate(self._features):
+            x = layer(x)
+            if i in self._taps:
+                out[i] = x
+        return out
+
+    def wrap(self, wrapper: Any) -> None:
+        """Nothing to wrap: the optimised variable is the image; each process optimises its own."""
+        self.info["wrapper"] = None
+
+    def step(self) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        self._optimizer.zero_grad(set_to_none=True)
+        image = self._image
+        x = torch.addcmul(self._shift, image, self._scale).contiguous(memory_format=self._memory_format)
+        with self._numerics.autocast():
+            feats = self._run(x)
+        loss = self._tv_weight * (
+            F.mse_loss(image[:, :, 1:, :], image[:, :, :-1, :]) + F.mse_loss(image[:, :, :, 1:], image[:, :, :, :-1])
+        )
+        for i, weight, target in self._content:
+            loss = loss + weight * F.mse_loss(feats[i].float(), target)
+        for i, scale, target in self._style:
+            loss = loss + F.mse_loss(_gram(feats[i].float(), scale), target)
+        loss.backward()
+        self._optimizer.step()
+        self._steps_run += 1
+        self._last_loss = loss.detach()
+        return self._last_loss
+
+    def image(self) -> Any:
+        """The current image as uint8 H×W×3 (numpy)."""
+        import torch
+
+        with torch.no_grad():
+            pixels = self._image.detach()[0].clamp(0, 255).round().to(torch.uint8)
+        return pixels.permute(1, 2, 0).contiguous().cpu().numpy()
+
+    def finish(self) -> dict[str, Any]:
+        from PIL import Image
+
+        facts: dict[str, Any] = {"steps_run": self._steps_run}
+        if self._last_loss is not None:
+            facts["final_loss"] = float(self._last_loss)
+        if self._output is not None:
+            self._output.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(self.image()).save(self._output)
+            facts["output"] = str(self._output)
+        if not self._finished:
+            self._finished = True
+            self._numerics.close()
+        return facts
+
+
+def build(cfg: RunConfig, device: str) -> StyleTransferSession:
+    return StyleTransferSession(cfg, device)

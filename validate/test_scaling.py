@@ -1,0 +1,75 @@
+"""Scaling: one GPU against all selected GPUs with DDP, DataParallel and a sweep of independent runs."""
+
+import pytest
+
+from gpulab.launch import run_dataparallel, run_ddp, run_gpu, run_sweep
+from gpulab.report.model import Check
+from gpulab.validation.expectations import TIER_SIZE, scaling_plans
+from gpulab.workloads.base import RunConfig
+
+pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
+
+LAUNCH = {"ddp": run_ddp, "dataparallel": run_dataparallel}
+
+
+def plans(nvlink=True):
+    return {f"{p.launcher}-{p.workload}": p for p in scaling_plans(nvlink)}
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.live
+@pytest.mark.parametrize("plan_id", list(plans()))
+def test_scaling(lab, verdict, plan_id):
+    if lab.options.tier not in TIER_SIZE:
+        pytest.skip("scaling runs in --tier standard and full")
+    plan = plans(lab.nvlink)[plan_id]
+    cfg = RunConfig(
+        plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=TIER_SIZE[lab.options.tier]
+    )
+    n = len(lab.gpus)
+    base = next(
+        (
+            r
+            for r in lab.report.results
+            if r.launcher == "gpu" and r.workload == plan.workload and r.precision == plan.precision and r.n == 1
+        ),
+        None,
+    )
+    if plan.launcher == "sweep":
+        # The baseline of a sweep is the same N runs on one GPU, one after another, process start included.
+        serial = run_sweep(cfg, 1, lab.options.report_dir / "sweep-1gpu", runs=n)
+        many = run_sweep(cfg, n, lab.options.report_dir / f"sweep-{n}gpu", runs=n)
+        for r in (serial, many):
+            lab.record_result(r)
+        speedup = serial.seconds / many.seconds
+        label = f"{n} {plan.workload} runs: {serial.seconds:.1f} s on one GPU, {many.seconds:.1f} s on {n}"
+    else:
+        if plan.launcher == "ddp":
+            base = run_ddp(cfg, 1)  # DDP on one GPU: efficiency then measures scaling, not DDP's own overhead
+            lab.record_result(base)
+        elif base is None:
+            base = run_gpu(cfg, 0)
+            lab.record_result(base)
+        many = LAUNCH[plan.launcher](cfg, n)
+        lab.record_result(many)
+        speedup = many.value / base.value
+        label = f"{plan.workload} {plan.launcher}: {many.value:.4g} {many.unit} on {n} GPUs vs {base.value:.4g} on one"
+    efficiency = speedup / n
+    name = f"scaling.{plan.launcher}[{plan.workload},{n}]"
+    evidence = {"n": n, "speedup": speedup, "efficiency": efficiency}
+    message = f"{label}: {speedup:.2f}x, efficiency {efficiency:.1%}"
+    if plan.threshold is None:
+        verdict(
+            Check(name, "pass", message + " (kept for comparison: DataParallel is expected to scale poorly)", evidence)
+        )
+    bound = lab.report.add_threshold(plan.threshold)
+    if efficiency >= plan.threshold.value:
+        verdict(Check(name, "pass", message, evidence, threshold=bound))
+    hint = (
+        "no NVLink between the GPUs: gradients cross PCIe and the host"
+        if not lab.nvlink
+        else "check the all-reduce probe and P2P above, and the per-GPU telemetry for a throttled GPU"
+    )
+    verdict(
+        Check(name, "fail", f"{message}; below {plan.threshold.value:.0%}. Likely: {hint}", evidence, threshold=bound)
+    )
