@@ -130,7 +130,8 @@ def test_baseline_regression_fails_the_run(tmp_path):
     assert "regression" in proc.stdout.lower()
 
 
-def test_interrupted_run_still_writes_its_report(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_run_still_writes_its_report(tmp_path, stop):
     started = tmp_path / "started"
     sleeper = tmp_path / "test_sleeper.py"
     sleeper.write_text(
@@ -154,7 +155,7 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
     while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert started.exists(), proc.communicate()[0]
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    proc.send_signal(stop)  # Ctrl-C sends SIGINT; schedulers and `timeout` send SIGTERM
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out  # pytest: interrupted
     reports = sorted(tmp_path.glob("report-*.json"))

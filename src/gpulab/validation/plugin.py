@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,18 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
     fp = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=True)
     config.stash[LAB_KEY] = Lab(options=opts, fingerprint=fp, gpus=gpus)
+    _stop_gracefully_on_sigterm()
+
+
+def _stop_gracefully_on_sigterm() -> None:
+    """Treat SIGTERM (a scheduler's or `timeout`'s stop) like Ctrl-C, so the report is still written."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _lab(config: pytest.Config) -> Lab:
