@@ -154,8 +154,10 @@ def test_resolve_gpu_accepts_names_aliases_and_pci_ids():
 
 def test_resolve_gpu_ambiguous_lists_candidates():
     with pytest.raises(GpulabError) as err:
-        resolve_gpu("V100 PCIe")
-    assert "Tesla V100-PCIE-16GB" in str(err.value) and "Tesla V100-PCIE-32GB" in str(err.value)
+        resolve_gpu("V100 32GB")
+    assert "Tesla V100-PCIE-32GB" in str(err.value) and "Tesla V100-SXM2-32GB" in str(err.value)
+    # "V100 PCIe" is the alias V100-PCIE (the 16 GB card): separators do not matter.
+    assert resolve_gpu("V100 PCIe").name == "Tesla V100-PCIE-16GB"
 
 
 def test_resolve_gpu_unknown_lists_known_gpus():
@@ -253,3 +255,8 @@ def test_driver_branch_records_are_consistent():
         assert max_cuda_for_driver(branch.recommended) in {branch.max_cuda, "12.6"}, branch.branch
     after_580 = [d for d in matrix.drivers if d.number > 580]
     assert after_580 and all("Pascal" not in d.architectures for d in after_580)
+
+
+def test_names_match_whatever_the_separators():
+    assert gpu_by_name("GTX1080Ti") == gpu_by_name("NVIDIA GeForce GTX 1080 Ti")
+    assert gpu_by_name("a100_sxm4_80gb") == gpu_by_name("NVIDIA A100-SXM4-80GB")

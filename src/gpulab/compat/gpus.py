@@ -12,12 +12,16 @@ from gpulab.errors import GpulabError
 _BRAND_WORDS = ("nvidia", "tesla", "geforce")
 
 
-def name_key(name: str) -> str:
-    """Case-, spacing- and brand-insensitive identity of a GPU name or alias."""
-    words = re.split(r"[\s_]+", name.strip().lower())
+def _words(name: str) -> list[str]:
+    words = [w for w in re.split(r"[\s_-]+", name.strip().lower()) if w]
     while words and words[0] in _BRAND_WORDS:
         words = words[1:]
-    return " ".join(words)
+    return words
+
+
+def name_key(name: str) -> str:
+    """Case-, separator- and brand-insensitive identity of a GPU name or alias ("GTX1080Ti" = "GTX 1080 Ti")."""
+    return "".join(_words(name))
 
 
 def normalize_pci_id(pci_id: str) -> str | None:
@@ -59,10 +63,10 @@ def gpu_by_name(name: str) -> GpuSpec | None:
 
 def _candidates(text: str) -> list[GpuSpec]:
     """GPUs whose name or an alias contains every word of `text` (for helpful errors and loose input)."""
-    words = name_key(text).replace("-", " ").split()
+    words = _words(text)
     found = []
     for gpu in load_matrix().gpus:
-        haystack = " ".join(name_key(n).replace("-", " ") for n in (gpu.name, *gpu.aliases))
+        haystack = " ".join(" ".join(_words(n)) for n in (gpu.name, *gpu.aliases))
         if words and all(w in haystack.split() or w in haystack for w in words):
             found.append(gpu)
     return found
