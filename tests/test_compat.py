@@ -154,8 +154,8 @@ def test_resolve_gpu_accepts_names_aliases_and_pci_ids():
 
 def test_resolve_gpu_ambiguous_lists_candidates():
     with pytest.raises(GpulabError) as err:
-        resolve_gpu("V100 32GB")
-    assert "Tesla V100-PCIE-32GB" in str(err.value) and "Tesla V100-SXM2-32GB" in str(err.value)
+        resolve_gpu("P100 PCIe")
+    assert "Tesla P100-PCIE-12GB" in str(err.value) and "Tesla P100-PCIE-16GB" in str(err.value)
     # "V100 PCIe" is the alias V100-PCIE (the 16 GB card): separators do not matter.
     assert resolve_gpu("V100 PCIe").name == "Tesla V100-PCIE-16GB"
 
