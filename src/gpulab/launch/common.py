@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.report.io import atomic_write_text
 from gpulab.report.model import Result, TelemetrySummary
 from gpulab.workloads.base import SIZES, RunConfig, Session
 
@@ -382,14 +383,6 @@ def result_to_dict(result: Result) -> dict[str, Any]:
     return dataclasses.asdict(result)
 
 
-def result_from_dict(data: Mapping[str, Any]) -> Result:
-    d = dict(data)
-    tel = d.pop("telemetry", None)
-    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None)
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to `path` through a temporary file and a rename (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data))

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -31,17 +29,10 @@ from gpulab.launch.common import (
     run_params,
     visible_gpus,
 )
+from gpulab.launch.torchrun import run_torchrun
 from gpulab.report.model import Result
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
-
-_RETRIES = 1  # for gloo's start-up abort only
-_ABORT_MARKS = ("SIGABRT", "Signal 6")
-
-
-def _aborted(proc: subprocess.CompletedProcess[str]) -> bool:
-    text = (proc.stderr or "") + (proc.stdout or "")
-    return proc.returncode in (-6, 134) or any(mark in text for mark in _ABORT_MARKS)
 
 
 def run_ddp(
@@ -90,23 +81,20 @@ def run_ddp(
                 }
             )
         )
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={nprocs}",
-            "-m",
-            "gpulab.launch.ddp_worker",
-            f"--config={config_path}",
-            f"--out={out}",
-        ]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
         if sampler is not None:
             sampler.start()
         try:
-            data = _launch(cmd, env, out, nprocs, backend, timeout_s)
+            data = run_torchrun(
+                "gpulab.launch.ddp_worker",
+                [f"--config={config_path}", f"--out={out}"],
+                nprocs,
+                out,
+                what="DDP",
+                backend=backend,
+                threads=threads,
+                timeout_s=timeout_s,
+            )
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -148,24 +136,3 @@ def run_ddp(
         params=run_params(cfg, plan, data["info"], data["finish"], timing, **extra),
         telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler is not None else None,
     )
-
-
-def _launch(cmd: list[str], env: dict[str, str], out: Path, nprocs: int, backend: str, timeout_s: float) -> dict:
-    proc: subprocess.CompletedProcess[str] | None = None
-    for _attempt in range(_RETRIES + 1):
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired as err:
-            raise GpulabError(
-                f"DDP over {nprocs} processes did not finish in {timeout_s:.0f} s: a hung collective usually means "
-                "a broken P2P/NVLink path or a blocked rendezvous port; rerun with NCCL_DEBUG=INFO to see where it "
-                "stops, or raise --timeout for a long run"
-            ) from err
-        if proc.returncode == 0 and out.exists():
-            data: dict = json.loads(out.read_text())
-            return data
-        if not (backend == "gloo" and _aborted(proc)):
-            break
-    assert proc is not None
-    tail = ((proc.stderr or "") + (proc.stdout or ""))[-3000:]
-    raise GpulabError(f"DDP over {nprocs} {backend} processes failed (exit {proc.returncode}):\n{tail}")

@@ -42,10 +42,9 @@ from gpulab.launch.common import (
     jsonable,
     nvml_indices,
     plan_batch,
-    result_from_dict,
     visible_gpus,
 )
-from gpulab.report.model import Result
+from gpulab.report.model import Result, result_from_dict
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 

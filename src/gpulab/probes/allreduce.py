@@ -10,19 +10,21 @@ two are comparable.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from gpulab.errors import GpulabError
+from gpulab.launch.common import write_json_atomic
+from gpulab.launch.torchrun import run_torchrun
 from gpulab.report.model import Result
 
-# gloo aborts at start-up now and then (SIGABRT in its rendezvous); one retry hides that flake, not real errors.
-_RETRIES = 1
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def bus_bandwidth(algbw_gbs: float, n: int) -> float:
@@ -77,9 +79,7 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
             "correct": correct,
             "devices": [f"cuda:{i}" for i in range(world)] if use_cuda else ["cpu"] * world,
         }
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload))
-        os.replace(tmp, out)
+        write_json_atomic(out, payload)
     dist.destroy_process_group()
 
 
@@ -89,35 +89,15 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
         raise GpulabError(f"all-reduce needs at least 1 process, got {nprocs}")
     with tempfile.TemporaryDirectory(prefix="gpulab-allreduce-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={nprocs}",
-            "-m",
+        data = run_torchrun(
             "gpulab.probes.allreduce",
-            f"--mib={mib}",
-            f"--iters={iters}",
-            f"--out={out}",
-        ]
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        last = ""
-        for _attempt in range(_RETRIES + 1):
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-            except subprocess.TimeoutExpired as err:
-                raise GpulabError(
-                    f"all-reduce over {nprocs} processes did not finish in {timeout_s:.0f} s: a hung collective "
-                    "usually means a broken P2P/NVLink path or a firewall on the rendezvous port; rerun with "
-                    "NCCL_DEBUG=INFO to see where it stops"
-                ) from err
-            if proc.returncode == 0 and out.exists():
-                data = json.loads(out.read_text())
-                break
-            last = (proc.stderr or proc.stdout)[-2000:]
-        else:
-            raise GpulabError(f"all-reduce over {nprocs} processes failed (exit {proc.returncode}):\n{last}")
+            [f"--mib={mib}", f"--iters={iters}", f"--out={out}"],
+            nprocs,
+            out,
+            what="all-reduce",
+            backend="nccl" if _cuda() else "gloo",
+            timeout_s=timeout_s,
+        )
     return Result(
         workload="allreduce",
         framework="torch",

@@ -129,7 +129,7 @@ class Report:
             fingerprint=d["fingerprint"],
             tier=d.get("tier", "quick"),
             checks=[Check(**c) for c in d.get("checks", [])],
-            results=[_result(r) for r in d.get("results", [])],
+            results=[result_from_dict(r) for r in d.get("results", [])],
             speedups=[
                 Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])
             ],
@@ -150,7 +150,8 @@ class Report:
         return threshold.name
 
 
-def _result(data: dict[str, Any]) -> Result:
+def result_from_dict(data: dict[str, Any]) -> Result:
+    """A Result from its `asdict` form (a report row, or a child process's JSON)."""
     d = dict(data)
     tel = d.pop("telemetry", None)
     return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None)
