@@ -4,12 +4,12 @@
 #   ./bootstrap.sh [validate] [pytest options]   validate this machine; prints the report's path
 #   ./bootstrap.sh test [pytest options]         run gpulab's own tests
 #
-# GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS (default torch,dev) the extras installed.
+# GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS the extras installed (default: torch for
+# validate; torch,tf-cpu,dev for test). Extras already installed stay installed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 venv=${GPULAB_VENV:-.venv}
-extras=${GPULAB_EXTRAS:-torch,dev}
 action=${1:-validate}
 [ $# -gt 0 ] && shift
 
@@ -34,16 +34,29 @@ if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
   fi
 fi
 
-stamp_want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-$extras
+case "$action" in
+  validate) extras=${GPULAB_EXTRAS:-torch} ;;
+  test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,dev} ;;
+esac
+
+# The stamp records what built the environment: a hash of the pins and the extras installed.
+pins=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 stamp_file=$venv/.gpulab-installed
+read -r stamp_pins stamp_extras 2>/dev/null < "$stamp_file" || true
+[ "${stamp_pins:-}" = "$pins" ] || stamp_extras=""
+missing=""
+for e in ${extras//,/ }; do
+  case ",${stamp_extras:-}," in *",$e,"*) ;; *) missing="$missing,$e" ;; esac
+done
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]; then
+if [ -n "$missing" ]; then
+  extras=$(echo "${stamp_extras:-}$missing" | sed 's/^,//')
   echo "bootstrap: installing gpulab[$extras] into $venv (pinned by constraints.txt)"
   "$venv/bin/python" -m pip install -q -c constraints.txt --upgrade pip
   "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
-  echo "$stamp_want" > "$stamp_file"
+  echo "$pins $extras" > "$stamp_file"
 else
   # The environment may come from another checkout: point gpulab at this one (no dependency changes).
   "$venv/bin/python" -m pip install -q --no-deps -e .

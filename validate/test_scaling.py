@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from gpulab.launch import run_dataparallel, run_ddp, run_gpu, run_sweep
-from gpulab.report.model import Check
+from gpulab.validation import verdicts
 from gpulab.validation.expectations import TIER_SIZE, scaling_plans
 from gpulab.workloads.base import RunConfig
 
@@ -57,22 +57,5 @@ def test_scaling(lab, verdict, plan_id):
         lab.record_result(many)
         speedup = many.value / base.value
         label = f"{plan.workload} {plan.launcher}: {many.value:.4g} {many.unit} on {n} GPUs vs {base.value:.4g} on one"
-    efficiency = speedup / n
     name = f"scaling.{plan.launcher}[{plan.workload},{n}]"
-    evidence = {"n": n, "speedup": speedup, "efficiency": efficiency}
-    message = f"{label}: {speedup:.2f}x, efficiency {efficiency:.1%}"
-    if plan.threshold is None:
-        verdict(
-            Check(name, "pass", message + " (kept for comparison: DataParallel is expected to scale poorly)", evidence)
-        )
-    bound = lab.report.add_threshold(plan.threshold)
-    if efficiency >= plan.threshold.value:
-        verdict(Check(name, "pass", message, evidence, threshold=bound))
-    hint = (
-        "no NVLink between the GPUs: gradients cross PCIe and the host"
-        if not lab.nvlink
-        else "check the all-reduce probe and P2P above, and the per-GPU telemetry for a throttled GPU"
-    )
-    verdict(
-        Check(name, "fail", f"{message}; below {plan.threshold.value:.0%}. Likely: {hint}", evidence, threshold=bound)
-    )
+    verdict(verdicts.efficiency(lab, name, label, speedup, n, plan.threshold))

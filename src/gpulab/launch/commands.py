@@ -22,7 +22,8 @@ from gpulab.launch.common import BATCH_POLICIES, PRECISIONS
 from gpulab.report.model import Report, Result, Scaling
 from gpulab.workloads.base import SIZES, RunConfig
 
-LAUNCHERS = ("cpu", "gpu", "ddp", "dataparallel")
+LAUNCHERS = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")
+FRAMEWORKS = ("torch", "tensorflow")
 
 
 def parse_params(items: list[str] | None) -> dict[str, Any]:
@@ -126,6 +127,33 @@ def _status(text: str) -> Any:
     return Console(stderr=True).status(text, spinner="dots")
 
 
+def _run_tensorflow(args: argparse.Namespace, cfg: RunConfig) -> Result:
+    import os
+
+    from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu, run_tf_gpu
+
+    if args.builder:
+        raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
+    if args.launcher in ("ddp", "dataparallel"):
+        raise GpulabError(
+            f"--launcher {args.launcher} is a torch launcher; with --framework tensorflow use cpu, gpu or mirrored"
+        )
+    with _status(f"running {cfg.workload} (tensorflow {args.launcher}, {cfg.precision}, size {cfg.size})"):
+        if args.launcher == "cpu":
+            return run_tf_cpu(cfg, args.threads or os.cpu_count() or 1, timeout_s=args.timeout)
+        if args.launcher == "gpu":
+            return run_tf_gpu(cfg, args.index, telemetry=not args.no_telemetry, timeout_s=args.timeout)
+        return run_mirrored(
+            cfg,
+            args.gpus,
+            args.batch_policy,
+            args.scale_lr,
+            telemetry=not args.no_telemetry,
+            threads=args.threads,
+            timeout_s=args.timeout,
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gpulab.launch import run_cpu, run_dataparallel, run_ddp, run_gpu
 
@@ -135,6 +163,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise GpulabError(f"--batch-policy/--scale-lr split a batch over devices; --launcher {args.launcher} has one")
     if args.launcher in ("cpu", "gpu") and args.gpus != 1:
         raise GpulabError(f"--launcher {args.launcher} runs on one device; drop --gpus or use --launcher ddp")
+    if getattr(args, "framework", "torch") == "tensorflow":
+        return _finish(args, _run_tensorflow(args, cfg))
+    if args.launcher == "mirrored":
+        raise GpulabError("--launcher mirrored is TensorFlow's MirroredStrategy: add --framework tensorflow")
     with _status(f"running {cfg.workload} ({args.launcher}, {cfg.precision}, size {cfg.size})"):
         if args.launcher == "cpu":
             result = run_cpu(cfg, args.threads or _all_threads(), **common)
@@ -168,6 +200,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from gpulab.launch import run_sweep
 
     cfg = config_from_args(args)
+    framework = getattr(args, "framework", "torch")
+    if framework == "tensorflow" and args.builder:
+        raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
     with _status(f"sweep: {args.runs or args.gpus} runs of {cfg.workload} over {args.gpus} devices"):
         result = run_sweep(
             cfg,
@@ -180,6 +215,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             builder=args.builder,
             timeout_s=args.timeout,
             telemetry=not args.no_telemetry,
+            framework=framework,
         )
     print(f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})")
     return _finish(args, result)
@@ -203,6 +239,12 @@ def _positive(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", metavar="WORKLOAD", help="a workload name (see gpulab.workloads.WORKLOADS)")
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="torch",
+        help="torch (default) or tensorflow (tf.keras; each run in a fresh process, GPU memory growth on)",
+    )
     p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for image models")
     p.add_argument("--batch", type=_positive, help="batch per device (global with --batch-policy global)")
@@ -246,7 +288,8 @@ def add_commands(sub: Any) -> None:
         description=(
             "Train WORKLOAD for --steps timed steps after --warmup and print samples/s. Launchers: cpu (--threads), "
             "gpu (one GPU, --index), ddp (torchrun, one process per GPU over NCCL; CPU processes over gloo on a "
-            "machine without GPUs), dataparallel (nn.DataParallel over --gpus in one process)."
+            "machine without GPUs), dataparallel (nn.DataParallel over --gpus in one process); with --framework "
+            "tensorflow: cpu, gpu and mirrored (MirroredStrategy over --gpus; logical CPU devices without GPUs)."
         ),
     )
     _common(run)

@@ -76,7 +76,13 @@ def _gpu_slot(slots: list[tuple[str, str]], lock_dir: Path) -> Iterator[tuple[in
 
 
 def _sweep_run(
-    pset: dict[str, Any], *, slots: list[tuple[str, str]], peers: int, work_dir: str, timeout_s: float
+    pset: dict[str, Any],
+    *,
+    slots: list[tuple[str, str]],
+    peers: int,
+    work_dir: str,
+    timeout_s: float,
+    worker: str = "gpulab.launch.sweep_worker",
 ) -> dict[str, Any]:
     """psweep's per-pset function (runs in a pool worker): start one run pinned to a free device, wait for it.
 
@@ -93,7 +99,7 @@ def _sweep_run(
         cmd = [
             sys.executable,
             "-m",
-            "gpulab.launch.sweep_worker",
+            worker,
             f"--config={config}",
             f"--out={out}",
             f"--index={pset['run_index']}",
@@ -142,14 +148,19 @@ def run_sweep(
     builder: str | None = None,
     timeout_s: float = 3600.0,
     telemetry: bool = True,
+    framework: str = "torch",
 ) -> Result:
     """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:0..gpus-1.
 
     Each GPU runs its share of the runs one after another; the first run on every GPU starts together.
+    framework "tensorflow" runs each one with gpulab.launch.tf_worker (TensorFlow, memory growth on) instead.
     """
     import psweep
 
-    check_config(cfg, builder)
+    if framework not in ("torch", "tensorflow"):
+        raise GpulabError(f"unknown framework {framework!r}; choose torch or tensorflow")
+    tensorflow = framework == "tensorflow"
+    check_config(cfg, "tensorflow" if tensorflow else builder)
     runs = runs or gpus
     if gpus < 1 or runs < 1:
         raise GpulabError(f"a sweep needs at least one GPU and one run, got --gpus {gpus} --runs {runs}")
@@ -157,10 +168,15 @@ def run_sweep(
         raise GpulabError(f"--runs {runs} leaves GPUs idle; pass --runs {gpus} or more (or fewer --gpus)")
     if runs % gpus:
         raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
-    visible = visible_gpus()
+    if tensorflow:
+        from gpulab.launch.tf_launch import tf_gpu_count
+
+        visible = tf_gpu_count()
+    else:
+        visible = visible_gpus()
     on_gpu = visible > 0
     if on_gpu and gpus > visible:
-        raise GpulabError(f"asked for {gpus} GPUs but torch sees {visible}; pass --gpus {visible} or fewer")
+        raise GpulabError(f"asked for {gpus} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
     if not on_gpu and gpus * threads > (os.cpu_count() or 1):
         raise GpulabError(
             f"{gpus} CPU processes × {threads} threads exceed the {os.cpu_count()} CPU cores; lower --gpus or --threads"
@@ -169,7 +185,8 @@ def run_sweep(
     ordinals = list(range(gpus)) if on_gpu else []
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    slots = [(f"cuda:{k}", gpu_uuid(k) or str(k)) for k in ordinals] or [("cpu", "")] * gpus
+    uuid = (lambda k: None) if tensorflow else gpu_uuid  # torch names the UUIDs; for TensorFlow, the ordinals
+    slots = [(f"cuda:{k}", uuid(k) or str(k)) for k in ordinals] or [("cpu", "")] * gpus
     psets = []
     for i in range(runs):
         config = {
@@ -180,6 +197,8 @@ def run_sweep(
             "threads": threads,
             "start_timeout_s": timeout_s,
         }
+        if tensorflow:
+            config["mode"] = "sweep"
         psets.append(
             {
                 "run_index": i,
@@ -191,10 +210,16 @@ def run_sweep(
                 "config": json.dumps(config),
             }
         )
-    sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
+    indices = nvml_indices(ordinals) if ordinals and not tensorflow else ordinals
+    sampler = Sampler(indices) if telemetry and ordinals else None
     with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
         func = functools.partial(
-            _sweep_run, slots=slots, peers=min(runs, gpus), work_dir=work_dir, timeout_s=float(timeout_s)
+            _sweep_run,
+            slots=slots,
+            peers=min(runs, gpus),
+            work_dir=work_dir,
+            timeout_s=float(timeout_s),
+            worker="gpulab.launch.tf_worker" if tensorflow else "gpulab.launch.sweep_worker",
         )
         start = time.perf_counter()
         if sampler is not None:
@@ -219,7 +244,7 @@ def run_sweep(
             f"{len(failed)} of {runs} sweep runs failed ({shown}); their logs are under {sweep_dir}/<pset id>/log.txt "
             f"and the psweep database {sweep_dir / DATABASE} (run id {run_id}) records them"
         )
-    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler)
+    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, framework)
 
 
 def _present(value: Any) -> bool:
@@ -236,6 +261,7 @@ def _sweep_result(
     sweep_dir: Path,
     run_id: str,
     sampler: Sampler | None,
+    framework: str = "torch",
 ) -> Result:
     per_run: list[dict[str, Any]] = []
     results: list[Result] = []
@@ -286,7 +312,7 @@ def _sweep_result(
         params["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
     return Result(
         workload=cfg.workload,
-        framework="torch",
+        framework=framework,
         launcher="sweep",
         n=n,
         precision=cfg.precision,

@@ -73,6 +73,17 @@ def scaling_plans(nvlink: bool) -> list[ScalingPlan]:
     ]
 
 
+def mirrored_floor(nvlink: bool) -> Threshold:
+    floor = 0.75 if nvlink else 0.6
+    return Threshold(
+        name="scaling.tf_mirrored.min_efficiency",
+        value=floor,
+        unit="fraction",
+        source="gpulab default; TensorFlow GPU runs have not been measured on this project's machines",
+        basis=f"{floor:.0%}: below DDP's floor, as MirroredStrategy's all-reduce overlaps less with compute",
+    )
+
+
 def cpu_config(cfg: RunConfig) -> RunConfig:
     """The same workload made short for CPU rows: a small batch and a couple of steps."""
     from dataclasses import replace

@@ -44,14 +44,30 @@ def link_under_load(gpu: GpuInfo, device: str, settle_s: float = 0.5) -> PcieLin
     return now.pcie if now else None
 
 
-# The child allocates on whatever CUDA shows it, reports ready, and holds the memory until stdin closes.
-_CHILD = """
+# Each child allocates on whatever CUDA shows it, reports "ready <devices it sees>", and holds the memory until
+# stdin closes.
+CHILDREN = {
+    "torch": """
 import sys, torch
 x = torch.empty({mib} * 2**20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 print("ready", torch.cuda.device_count(), flush=True)
 sys.stdin.read()
-"""
+""",
+    "tensorflow": """
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+gpus = tf.config.list_physical_devices("GPU")
+for g in gpus:
+    tf.config.experimental.set_memory_growth(g, True)
+with tf.device("/gpu:0"):
+    x = tf.ones([{mib} * 2**18], tf.float32)
+    float(tf.reduce_sum(x))
+print("ready", len(gpus), flush=True)
+sys.stdin.read()
+""",
+}
 
 
 @dataclass
@@ -68,14 +84,14 @@ class Placement:
 
 
 def pinned_allocations(
-    gpus: list[GpuInfo], all_gpus: list[GpuInfo], mib: int = 256, timeout_s: float = 120.0
+    gpus: list[GpuInfo], all_gpus: list[GpuInfo], framework: str = "torch", mib: int = 256, timeout_s: float = 300.0
 ) -> list[Placement]:
     """Start one child per GPU with CUDA_VISIBLE_DEVICES=<that GPU>, all at once, and see where each allocates."""
     children = []
     for gpu in gpus:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu.uuid)
         proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD.format(mib=mib)],
+            [sys.executable, "-c", CHILDREN[framework].format(mib=mib)],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

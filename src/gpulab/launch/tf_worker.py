@@ -1,0 +1,146 @@
+"""One TensorFlow run in a fresh process (started by gpulab.launch.tf_launch and by a TensorFlow sweep).
+
+    python -m gpulab.launch.tf_worker --config run.json --out result.json [--index I --runs N --ready-dir DIR]
+
+Before TensorFlow initialises: memory growth on for every GPU, the intra-op threads, and for a MirroredStrategy
+on a machine without GPUs, N logical CPU devices. Then the workload is built under its strategy, warmed up and
+timed, and the Result (framework "tensorflow") is written as JSON with the timed loop's wall-clock window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gpulab.launch.common import BatchPlan, config_from_dict, jsonable, loss_value, make_result, write_json_atomic
+
+
+def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> tuple[Any, list[str]]:
+    """Set TensorFlow up before it initialises; return (strategy, devices)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if threads is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    if mode == "cpu":
+        tf.config.set_visible_devices([], "GPU")
+        return tf.distribute.OneDeviceStrategy("/cpu:0"), ["cpu"]
+    if mode == "mirrored" and not gpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+        devices = [f"/cpu:{k}" for k in range(replicas)]
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        return strategy, [f"cpu:{k}" for k in range(replicas)]
+    if not gpus:
+        return tf.distribute.OneDeviceStrategy("/cpu:0"), ["cpu"]
+    if mode == "mirrored":
+        devices = [f"/gpu:{k}" for k in range(replicas)]
+        return tf.distribute.MirroredStrategy(devices), [f"cuda:{k}" for k in range(replicas)]
+    if mode == "gpu":
+        tf.config.set_visible_devices(gpus[index], "GPU")  # the one GPU asked for; the others stay untouched
+    return tf.distribute.OneDeviceStrategy("/gpu:0"), ["cuda:0"]
+
+
+def wait_for_peers(ready_dir: Path, index: int, runs: int, timeout_s: float) -> bool:
+    from gpulab.launch.sweep_worker import wait_for_peers as wait
+
+    return wait(ready_dir, index, runs, timeout_s)
+
+
+def run(config: dict[str, Any], out: Path, index: int = 0, runs: int = 1, ready_dir: Path | None = None) -> None:
+    mode = str(config.get("mode") or "sweep")
+    plan = BatchPlan(**config["plan"])
+    threads = config.get("threads")
+    replicas = plan.devices if mode == "mirrored" else 1
+    strategy, devices = configure(mode, replicas, threads, int(config.get("gpu_index") or 0))
+    import tensorflow as tf
+
+    from gpulab.workloads.tf import build
+
+    cfg = config_from_dict(config["run"])
+    session = build(plan.device_config(cfg), strategy)
+    together = True
+    loss = None
+    for _ in range(cfg.warmup):
+        loss = session.step()
+    if loss is not None:
+        loss_value(loss)  # wait for the warm-up to finish
+    if ready_dir is not None:
+        together = wait_for_peers(ready_dir, index, runs, float(config.get("start_timeout_s", 600)))
+    wall_start = time.time()
+    start = time.perf_counter()
+    steps = int(session.steps)
+    for _ in range(steps):
+        loss = session.step()
+    value = loss_value(loss)  # reading the last loss waits for the queued steps
+    seconds = time.perf_counter() - start
+    wall_end = time.time()
+    finish = dict(session.finish() or {})
+    per_replica = int(session.samples_per_step) // replicas
+    plan = plan.resolved(per_replica)
+    finite = math.isfinite(value) if value is not None else None
+    params: dict[str, Any] = {**session.info, **finish, **plan.params()}
+    params.update(
+        size=cfg.size,
+        channels_last=cfg.channels_last,
+        warmup=cfg.warmup,
+        seed=cfg.seed,
+        data=str(cfg.data) if cfg.data is not None else None,
+        workload_params=dict(cfg.params),
+        final_loss=value if finite else None,
+        loss_finite=finite,
+        tensorflow=tf.__version__,
+        threads=threads,
+    )
+    if mode == "sweep":
+        params.update(run_index=index, started_together=together)
+    if mode in ("gpu", "sweep", "mirrored") and devices[0].startswith("cuda"):
+        params["max_memory_allocated_mib"] = [
+            round(tf.config.experimental.get_memory_info(f"GPU:{k}")["peak"] / 2**20, 1) for k in range(len(devices))
+        ]
+    label = config.get("device_label") or devices[0]
+    result = make_result(
+        cfg,
+        launcher=mode,
+        n=(threads or 1) if mode == "cpu" else len(devices),
+        samples=int(session.samples_per_step) * steps,
+        seconds=seconds,
+        steps=steps,
+        batch=plan.per_device,
+        devices=[label] if mode != "mirrored" else devices,
+        device=None if mode == "mirrored" else label,
+        params=jsonable(params),
+    )
+    result = dataclasses.replace(result, framework="tensorflow")
+    payload = dataclasses.asdict(result)
+    payload["wall_start"], payload["wall_end"] = wall_start, wall_end
+    write_json_atomic(out, payload)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one TensorFlow run of gpulab (started by gpulab run/sweep)")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--ready-dir", type=Path)
+    parser.add_argument("--device-label", help="the device's name in the sweep (cuda:K)")
+    args = parser.parse_args(argv)
+    config = json.loads(args.config.read_text())
+    if args.device_label:
+        config["device_label"] = args.device_label
+    run(config, args.out, args.index, args.runs, args.ready_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""Neural style transfer on tf.keras: VGG19 from keras.applications (include_top=False), Adam on the image variable.
+
+The same loss terms and parameters as the PyTorch workload (gpulab.workloads.style_transfer): content at
+relu4_2/relu5_2 (block4_conv2/block5_conv2), style Gram matrices at relu1_1..relu5_1 (blockN_conv1), total variation;
+the image lives in 0..255 pixel space and gets Keras VGG19's own preprocessing (BGR, ImageNet means subtracted).
+VGG weights are random unless `vgg_weights` names a Keras `.weights.h5` file of keras.applications.VGG19
+(include_top=False). The step (forward, losses, gradient, Adam update) is one tf.function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.workloads import style_transfer as torch_st
+from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import Params, check_config
+from gpulab.workloads.tf.common import TFNumerics, default_strategy, seed_everything, strategy_devices
+
+SIZES = torch_st.SIZES
+CONTENT_LAYERS = {"relu4_2": "block4_conv2", "relu5_2": "block5_conv2"}
+STYLE_LAYERS = {
+    "relu1_1": "block1_conv1",
+    "relu2_1": "block2_conv1",
+    "relu3_1": "block3_conv1",
+    "relu4_1": "block4_conv1",
+    "relu5_1": "block5_conv1",
+}
+CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
+
+
+def vgg19_features(taps: list[str], pooling: str, weights: Path | None) -> tuple[Any, str]:
+    """A model from 0..255-free preprocessed input to the outputs of `taps` (Keras layer names), cut after the
+    deepest one; max or average pooling. Returns (model, weights description)."""
+    import keras
+
+    vgg = keras.applications.VGG19(include_top=False, weights=None, input_shape=(None, None, 3))
+    described = "random"
+    if weights is not None:
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+        try:
+            vgg.load_weights(str(weights))
+        except Exception as err:
+            raise GpulabError(f"style_transfer: cannot load VGG19 weights from {weights}: {err}") from None
+        described = f"{weights} sha256:{digest}"
+    names = [layer.name for layer in vgg.layers]
+    last = max(names.index(t) for t in taps)
+    inputs = keras.Input((None, None, 3))
+    x = inputs
+    outputs = {}
+    for layer in vgg.layers[1 : last + 1]:
+        if pooling == "avg" and isinstance(layer, keras.layers.MaxPooling2D):
+            x = keras.layers.AveragePooling2D(2, 2, name=layer.name + "_avg")(x)
+        else:
+            x = layer(x)
+        if layer.name in taps:
+            outputs[layer.name] = x
+    model = keras.Model(inputs, [outputs[t] for t in taps])
+    model.trainable = False
+    return model, described
+
+
+def _gram(features: Any, scale: float) -> Any:
+    import tensorflow as tf
+
+    channels = tf.shape(features)[-1]
+    flat = tf.reshape(features, [-1, channels])
+    return tf.matmul(flat, flat, transpose_a=True) * scale
+
+
+class TFStyleTransferSession:
+    model: Any = None
+    samples_per_step = 1
+
+    def __init__(self, cfg: RunConfig, strategy: Any) -> None:
+        if int(strategy.num_replicas_in_sync) != 1:
+            raise GpulabError(
+                "style_transfer optimises an input, not a model: MirroredStrategy does not apply to it; "
+                "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
+            )
+        p = Params("style_transfer", cfg.params, torch_st.DEFAULTS)
+        default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
+        _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
+        if cfg.batch not in (None, 1):
+            raise GpulabError(f"style_transfer optimises one image: batch must be 1 or unset, not {cfg.batch}")
+        if cfg.data is not None:
+            raise GpulabError("style_transfer takes its images from params content= and style=, not from data")
+        iterations = p.integer("iterations")
+        if iterations is not None and cfg.steps is not None and iterations != cfg.steps:
+            raise GpulabError(f"style_transfer: iterations={iterations} and steps={cfg.steps} disagree; give one")
+        self.steps = iterations or cfg_steps
+        width = p.integer("width", minimum=32) or default_width
+        height = p.integer("height", minimum=32)
+        pooling = p.choice("pooling", ("max", "avg"))
+        initial = p.choice("initial", ("noise", "content"))
+        content_weight = p.number("content_weight")
+        blend = p.number("content_weight_blend", maximum=1.0)
+        style_weight = p.number("style_weight")
+        tv_weight = p.number("tv_weight")
+        layer_exp = p.number("style_layer_weight_exp", above=True)
+        lr = p.number("learning_rate", above=True)
+        betas = (p.number("beta1", maximum=1.0), p.number("beta2", maximum=1.0))
+        eps = p.number("epsilon", above=True)
+        style_paths = p.raw("style")
+        style_paths = (
+            [] if style_paths is None else [style_paths] if isinstance(style_paths, (str, Path)) else list(style_paths)
+        )
+        scales = p.numbers("style_scales")
+        styles_n = max(1, len(style_paths))
+        if len(scales) == 1:
+            scales = scales * styles_n
+        elif len(scales) != styles_n:
+            raise GpulabError(
+                f"style_transfer: style_scales has {len(scales)} values for {styles_n} style image(s); "
+                "give one, or one per style image"
+            )
+        if content_weight == 0 and style_weight == 0:
+            raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
+        output = p.raw("output")
+        self._output = Path(output).expanduser() if output else None
+        weights_path = p.existing_file("vgg_weights")
+        content_path = p.existing_file("content")
+
+        seed_everything(cfg.seed)
+        self._numerics = TFNumerics(cfg.precision)
+        self._finished = False
+        self._steps_run = 0
+        self._last_loss: Any = None
+        try:
+            with strategy.scope():
+                self._build(
+                    cfg, strategy, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight,
+                    layer_exp, lr, betas, eps, style_paths, scales, weights_path, content_path,
+                )  # fmt: skip
+        except BaseException:
+            self._numerics.close()
+            raise
+
+    def _build(
+        self,
+        cfg: RunConfig,
+        strategy: Any,
+        width: int,
+        height: int | None,
+        pooling: str,
+        initial: str,
+        content_weight: float,
+        blend: float,
+        style_weight: float,
+        tv_weight: float,
+        layer_exp: float,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        style_paths: list[Any],
+        scales: list[float],
+        weights_path: Path | None,
+        content_path: Path | None,
+    ) -> None:
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        # images, exactly as the PyTorch workload prepares them
+        if content_path is not None:
+            content_np, content_desc = torch_st._load_image(content_path), str(content_path)
+            h0, w0 = content_np.shape[:2]
+            height = height or max(32, round(width * h0 / w0))
+        else:
+            content_np, content_desc = torch_st.default_image("content")
+            if height is None:
+                content_np = torch_st._crop_to_aspect(content_np, *torch_st.REFERENCE_ASPECT)
+                height = round(width * torch_st.REFERENCE_ASPECT[0] / torch_st.REFERENCE_ASPECT[1])
+        content_np = torch_st._resize(content_np, height, width)
+        styles: list[tuple[Any, str]] = []
+        for path in style_paths:
+            path = Path(path).expanduser()
+            if not path.is_file():
+                raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
+            styles.append((torch_st._load_image(path), str(path)))
+        if not styles:
+            styles.append(torch_st.default_image("style"))
+        style_arrays = []
+        for (array, _), scale in zip(styles, scales, strict=True):
+            h0, w0 = array.shape[:2]
+            style_w, style_h = scale * width, scale * width * h0 / w0
+            grow = max(1.0, 32 / min(style_w, style_h))
+            style_h, style_w = round(style_h * grow), round(style_w * grow)
+            style_arrays.append(torch_st._resize(array, style_h, style_w))
+
+        # layer weights and taps
+        content_taps = {CONTENT_LAYERS["relu4_2"]: blend, CONTENT_LAYERS["relu5_2"]: 1.0 - blend}
+        content_taps = {n: content_weight * w for n, w in content_taps.items() if content_weight * w > 0}
+        raw = [layer_exp**i for i in range(len(STYLE_LAYERS))]
+        style_taps = {n: style_weight * w / sum(raw) for n, w in zip(STYLE_LAYERS.values(), raw, strict=True)}
+        style_taps = {n: w for n, w in style_taps.items() if w > 0}
+        taps = list(dict.fromkeys([*content_taps, *style_taps]))
+        features, self._weights = vgg19_features(taps, pooling, weights_path)
+        self._features = features
+        self._taps = taps
+        mean = tf.constant(CAFFE_MEAN_BGR, tf.float32)
+
+        def run(image: Any) -> dict[str, Any]:
+            x = tf.reverse(image, axis=[-1]) - mean  # RGB 0..255 -> Keras VGG19's caffe input
+            outs = features(x, training=False)
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            return {name: tf.cast(out, tf.float32) for name, out in zip(taps, outs, strict=True)}
+
+        def to_tensor(array: Any) -> Any:
+            return tf.constant(np.asarray(array, dtype=np.float32)[None])
+
+        content = to_tensor(content_np)
+        feats = run(content)
+        content_terms = [(n, w, feats[n]) for n, w in content_taps.items()]
+        style_feats = [run(to_tensor(a)) for a in style_arrays]
+        blend_styles = 1.0 / len(style_arrays)
+        style_terms: list[tuple[str, float, Any]] = []
+        for n, w in style_taps.items():
+            _, h, wd, c = feats[n].shape
+            scale = math.sqrt(w) / (c * h * wd)
+            target = tf.add_n(
+                [
+                    blend_styles * _gram(sf[n], math.sqrt(w) / (c * sf[n].shape[1] * sf[n].shape[2]))
+                    for sf in style_feats
+                ]
+            )
+            style_terms.append((n, scale, target))
+
+        rng = np.random.default_rng(cfg.seed)
+        start = np.array(content) if initial == "content" else rng.random(content.shape, dtype=np.float32) * 255.0
+        image = tf.Variable(start, dtype=tf.float32, name="image")
+        optimizer = keras.optimizers.Adam(learning_rate=lr, beta_1=betas[0], beta_2=betas[1], epsilon=eps)
+        optimizer.build([image])
+        self._image = image
+
+        def mse(a: Any, b: Any) -> Any:
+            return tf.reduce_mean(tf.square(a - b))
+
+        @tf.function
+        def train_step() -> Any:
+            with tf.GradientTape() as tape:
+                f = run(image)
+                loss = tv_weight * (
+                    mse(image[:, 1:, :, :], image[:, :-1, :, :]) + mse(image[:, :, 1:, :], image[:, :, :-1, :])
+                )
+                for n, weight, target in content_terms:
+                    loss = loss + weight * mse(f[n], target)
+                for n, scale, target in style_terms:
+                    loss = loss + mse(_gram(f[n], scale), target)
+            grads = tape.gradient(loss, [image])
+            optimizer.apply_gradients(zip(grads, [image], strict=True))
+            return loss
+
+        self._train_step = train_step
+        self.info: dict[str, Any] = {
+            "workload": "style_transfer",
+            "devices": strategy_devices(strategy),
+            "strategy": type(strategy).__name__,
+            **self._numerics.facts(),
+            "data_format": "channels_last",
+            "channels_last": cfg.channels_last,
+            "size": cfg.size,
+            "iterations": self.steps,
+            "image_hw": [height, width],
+            "style_hw": [list(a.shape[:2]) for a in style_arrays],
+            "data": "real:" + content_desc if content_path is not None else content_desc,
+            "content": content_desc,
+            "style": [desc for _, desc in styles],
+            "weights": self._weights,
+            "vgg_layers": len(features.layers) - 1,
+            "pooling": pooling,
+            "initial": initial,
+            "optimizer": "Adam",
+            "compiled": "tf.function",
+            "learning_rate": lr,
+            "content_weight": content_weight,
+            "content_weight_blend": blend,
+            "style_weight": style_weight,
+            "tv_weight": tv_weight,
+            "style_layer_weight_exp": layer_exp,
+            "style_scales": scales,
+        }
+
+    def wrap(self, wrapper: Any) -> None:
+        self.info["wrapper"] = None
+
+    def step(self) -> Any:
+        self._last_loss = self._train_step()
+        self._steps_run += 1
+        return self._last_loss
+
+    def image(self) -> Any:
+        """The current image as uint8 H×W×3 (numpy)."""
+        import numpy as np
+
+        return np.clip(np.round(self._image.numpy()[0]), 0, 255).astype(np.uint8)
+
+    def finish(self) -> dict[str, Any]:
+        from PIL import Image
+
+        facts: dict[str, Any] = {"steps_run": self._steps_run}
+        if self._last_loss is not None:
+            facts["final_loss"] = float(self._last_loss)
+        if self._output is not None:
+            self._output.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(self.image()).save(self._output)
+            facts["output"] = str(self._output)
+        if not self._finished:
+            self._finished = True
+            self._numerics.close()
+        return facts
+
+
+def build(cfg: RunConfig, strategy: Any = None) -> TFStyleTransferSession:
+    return TFStyleTransferSession(cfg, strategy if strategy is not None else default_strategy())
