@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.workloads import data
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
 
@@ -108,3 +109,18 @@ def test_tf_and_torch_rows_in_one_report(cpu_rows: dict[str, Result], tmp_path: 
     assert keys[0][1] == "torch" and keys[1][1] == "tensorflow"
     assert keys[0][:1] + keys[0][2:] == keys[1][:1] + keys[1][2:]
     assert set(torch_row.params) & set(tf_row.params) >= {"per_device_batch", "global_batch", "final_loss", "size"}
+
+
+@pytest.mark.parametrize(
+    "workload, writer",
+    [
+        ("mnist", lambda root: data.write_digits_mnist(root)),
+        ("cifar10", lambda root: data.write_cifar10_batches(root, per_batch=8)),
+        ("resnet50", lambda root: data.write_image_folder(root, 8, label_columns=1, classes=285, side=40)),
+    ],
+)
+def test_real_data_goes_through_tf_data(tmp_path: Path, workload: str, writer: object) -> None:
+    writer(tmp_path)  # type: ignore[operator]
+    result = run_tf_cpu(tiny(workload, data=tmp_path, batch=4), 1)
+    assert result.framework == "tensorflow" and result.value > 0
+    assert result.params["data"] == str(tmp_path)  # None would mean synthetic tensors
