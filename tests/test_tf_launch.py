@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.workloads import data
 from gpulab.report.model import Result
+from gpulab.workloads import data
 from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
