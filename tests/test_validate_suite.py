@@ -176,3 +176,12 @@ def test_gpu_selection():
     assert [g.index for g in visible_to_cuda(fp.gpus, f"{uuid2},0")] == [2, 0]
     assert [g.index for g in visible_to_cuda(fp.gpus, "1,9,2")] == [1]
     assert visible_to_cuda(fp.gpus, "") == []
+
+
+def test_standard_tier_records_cpu_speedups(tmp_path):
+    proc, reports = run_validate(tmp_path, "--tier", "standard", "-k", "test_speedup and mnist")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = load_report(reports[0])
+    cpu = {r.n: r for r in report.results if r.workload == "mnist" and r.launcher == "cpu"}
+    assert 1 in cpu and len(cpu) == 2 and all(r.value > 0 for r in cpu.values())
+    assert [(s.from_, s.to) for s in report.speedups] == [("cpu:1", f"cpu:{max(cpu)}")]
