@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -184,52 +185,90 @@ def _gram(features: Any, scale: float) -> Any:
 # ---------- session ----------
 
 
+@dataclass(frozen=True)
+class StyleSettings:
+    """The validated parameters of one style-transfer run, shared by the torch and TensorFlow versions."""
+
+    params: Params
+    steps: int
+    width: int
+    height: int | None
+    pooling: str
+    initial: str
+    content_weight: float
+    blend: float
+    style_weight: float
+    tv_weight: float
+    layer_exp: float
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    style_paths: list[Any]
+    scales: list[float]
+    output: Path | None
+    weights_path: Path | None
+
+
+def style_settings(cfg: RunConfig) -> StyleSettings:
+    """Check `cfg` and its params for style transfer; every problem is a GpulabError naming the param."""
+    p = Params("style_transfer", cfg.params, DEFAULTS)
+    default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
+    _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
+    if cfg.batch not in (None, 1):
+        raise GpulabError(f"style_transfer optimises one image: batch must be 1 or unset, not {cfg.batch}")
+    if cfg.data is not None:
+        raise GpulabError("style_transfer takes its images from params content= and style=, not from data")
+    iterations = p.integer("iterations")
+    if iterations is not None and cfg.steps is not None and iterations != cfg.steps:
+        raise GpulabError(f"style_transfer: iterations={iterations} and steps={cfg.steps} disagree; give one")
+    steps = iterations or cfg_steps
+    width = p.integer("width", minimum=32) or default_width
+    height = p.integer("height", minimum=32)
+    pooling = p.choice("pooling", ("max", "avg"))
+    initial = p.choice("initial", ("noise", "content"))
+    content_weight = p.number("content_weight")
+    blend = p.number("content_weight_blend", maximum=1.0)
+    style_weight = p.number("style_weight")
+    tv_weight = p.number("tv_weight")
+    layer_exp = p.number("style_layer_weight_exp", above=True)
+    lr = p.number("learning_rate", above=True)
+    betas = (p.number("beta1", maximum=1.0), p.number("beta2", maximum=1.0))
+    eps = p.number("epsilon", above=True)
+    style_paths = p.raw("style")
+    style_paths = (
+        [] if style_paths is None else [style_paths] if isinstance(style_paths, (str, Path)) else list(style_paths)
+    )
+    scales = p.numbers("style_scales")
+    styles_n = max(1, len(style_paths))
+    if len(scales) == 1:
+        scales = scales * styles_n
+    elif len(scales) != styles_n:
+        raise GpulabError(
+            f"style_transfer: style_scales has {len(scales)} values for {styles_n} style image(s); "
+            "give one, or one per style image"
+        )
+    if content_weight == 0 and style_weight == 0:
+        raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
+    output = p.raw("output")
+    output_path = Path(output).expanduser() if output else None
+    weights_path = p.existing_file("vgg_weights")
+    return StyleSettings(
+        p, steps, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight, layer_exp, lr,
+        betas, eps, style_paths, scales, output_path, weights_path,
+    )  # fmt: skip
+
+
 class StyleTransferSession:
     model: Any = None
     samples_per_step = 1
 
     def __init__(self, cfg: RunConfig, device: str) -> None:
-        p = Params("style_transfer", cfg.params, DEFAULTS)
-        default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
-        _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
-        if cfg.batch not in (None, 1):
-            raise GpulabError(f"style_transfer optimises one image: batch must be 1 or unset, not {cfg.batch}")
-        if cfg.data is not None:
-            raise GpulabError("style_transfer takes its images from params content= and style=, not from data")
-        iterations = p.integer("iterations")
-        if iterations is not None and cfg.steps is not None and iterations != cfg.steps:
-            raise GpulabError(f"style_transfer: iterations={iterations} and steps={cfg.steps} disagree; give one")
-        self.steps = iterations or cfg_steps
-        width = p.integer("width", minimum=32) or default_width
-        height = p.integer("height", minimum=32)
-        pooling = p.choice("pooling", ("max", "avg"))
-        initial = p.choice("initial", ("noise", "content"))
-        content_weight = p.number("content_weight")
-        blend = p.number("content_weight_blend", maximum=1.0)
-        style_weight = p.number("style_weight")
-        tv_weight = p.number("tv_weight")
-        layer_exp = p.number("style_layer_weight_exp", above=True)
-        lr = p.number("learning_rate", above=True)
-        betas = (p.number("beta1", maximum=1.0), p.number("beta2", maximum=1.0))
-        eps = p.number("epsilon", above=True)
-        style_paths = p.raw("style")
-        style_paths = (
-            [] if style_paths is None else [style_paths] if isinstance(style_paths, (str, Path)) else list(style_paths)
-        )
-        scales = p.numbers("style_scales")
-        styles_n = max(1, len(style_paths))
-        if len(scales) == 1:
-            scales = scales * styles_n
-        elif len(scales) != styles_n:
-            raise GpulabError(
-                f"style_transfer: style_scales has {len(scales)} values for {styles_n} style image(s); "
-                "give one, or one per style image"
-            )
-        if content_weight == 0 and style_weight == 0:
-            raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
-        output = p.raw("output")
-        self._output = Path(output).expanduser() if output else None
-        weights_path = p.existing_file("vgg_weights")
+        st = style_settings(cfg)
+        p, self.steps, self._output = st.params, st.steps, st.output
+        width, height, pooling, initial = st.width, st.height, st.pooling, st.initial
+        content_weight, blend, style_weight, tv_weight = st.content_weight, st.blend, st.style_weight, st.tv_weight
+        layer_exp, lr, betas, eps = st.layer_exp, st.lr, st.betas, st.eps
+        style_paths, scales, weights_path = st.style_paths, st.scales, st.weights_path
 
         seed_everything(cfg.seed)
         self._numerics = numerics = Numerics(cfg.precision, device)
