@@ -5,7 +5,6 @@ import os
 import pytest
 
 from gpulab.launch import run_cpu, run_gpu
-from gpulab.report.model import Check
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, TIER_SIZE, cpu_config
 from gpulab.workloads.base import RunConfig
@@ -31,15 +30,7 @@ def test_cpu(lab, verdict, workload, threads, size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
     result = run_cpu(cpu_config(config(workload, size)), threads=n)
     lab.record_result(result)
-    ok = result.value > 0
-    verdict(
-        Check(
-            f"speedup.cpu[{workload},{result.n}]",
-            "pass" if ok else "error",
-            f"{workload} on {result.n} CPU thread(s): {result.value:.3g} {result.unit}",
-            {"value": result.value, "threads": result.n},
-        )
-    )
+    verdict(verdicts.cpu_row(result))
 
 
 @pytest.mark.gpu

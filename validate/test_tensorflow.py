@@ -40,14 +40,7 @@ def test_tf_cpu(lab, verdict, workload, threads, size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
     result = run_tf_cpu(cpu_config(config(workload, size)), n)
     lab.record_result(result)
-    verdict(
-        Check(
-            f"speedup.tf_cpu[{workload},{result.n}]",
-            "pass" if result.value > 0 else "error",
-            f"TensorFlow {workload} on {result.n} CPU thread(s): {result.value:.3g} {result.unit}",
-            {"value": result.value, "threads": result.n},
-        )
-    )
+    verdict(verdicts.cpu_row(result))
 
 
 @pytest.mark.gpu

@@ -8,6 +8,16 @@ from gpulab.validation.live import Placement
 from gpulab.validation.session import Lab
 
 
+def cpu_row(result: Result) -> Check:
+    """A CPU throughput row: it passes when it is a usable number (the speedup checks judge it later)."""
+    return Check(
+        f"speedup.cpu[{result.framework},{result.workload},{result.n}]",
+        "pass" if result.value > 0 else "error",
+        f"{result.framework} {result.workload} on {result.n} CPU thread(s): {result.value:.3g} {result.unit}",
+        {"value": result.value, "threads": result.n},
+    )
+
+
 def gpu_over_cpu(lab: Lab, gpu: Result) -> Check:
     """One GPU against all CPU threads for the same workload and framework (rows already in the report)."""
     cpu = [
