@@ -104,7 +104,9 @@ def test_sweep_of_two_cpu_processes_writes_a_psweep_database(child_path, tmp_pat
     assert r.params["batch_policy"] == "global" and r.params["global_batch"] == 8
     assert r.params["psweep_db"] == str((tmp_path / "sweep" / "database.pk").resolve())
     assert r.seconds >= max(run["seconds"] for run in runs)  # wall clock includes process start
-    for run in runs:
+    for run in runs:  # a run's process = start-up + timed loop + tear-down, all inside the sweep's wall clock
+        assert run["before_timed_s"] > 0 and run["after_timed_s"] >= 0
+        assert run["before_timed_s"] + run["seconds"] + run["after_timed_s"] <= r.seconds + 0.05
         assert (tmp_path / "sweep" / run["pset_id"] / "result.json").is_file()
     assert_reportable(r)
 

@@ -30,8 +30,17 @@ def test_speedups_cpu_one_thread_all_threads_and_one_gpu():
     assert (s.workload, s.framework, s.precision) == ("resnet50", "torch", "bf16")
 
 
-def test_speedups_need_both_ends_and_the_same_precision():
-    assert speedups([row("cpu", 1, 10.0, precision="fp32"), row("gpu", 1, 100.0, precision="bf16")]) == []
+def test_speedups_need_both_ends_and_a_gpu_row_meets_cpu_rows_of_its_precision_else_fp32():
+    assert speedups([row("cpu", 1, 10.0, precision="tf32"), row("gpu", 1, 100.0, precision="bf16")]) == []
+    mixed = [row("cpu", 1, 10.0, precision="fp32"), row("cpu", 8, 40.0, precision="fp32"), row("gpu", 1, 800.0)]
+    assert by_pair(speedups(mixed)) == {
+        ("cpu:1 fp32", "gpu:1"): 80.0,
+        ("cpu:8 fp32", "gpu:1"): 20.0,
+        ("cpu:1", "cpu:8"): 4.0,
+    }
+    assert {s.precision for s in speedups(mixed) if s.to == "gpu:1"} == {"bf16"}
+    same = [*mixed, row("cpu", 1, 5.0)]  # a bf16 CPU row exists: the GPU's own precision wins
+    assert by_pair(s for s in speedups(same) if s.precision == "bf16") == {("cpu:1", "gpu:1"): 160.0}
     assert by_pair(speedups([row("cpu", 1, 10.0), row("cpu", 2, 15.0)])) == {("cpu:1", "cpu:2"): 1.5}
     assert speedups([row("gpu", 1, 100.0)]) == []
 

@@ -107,6 +107,24 @@ def test_style_transfer_weights_change_the_loss():
     assert first_loss(style_layer_weight_exp=2.0) != base
 
 
+def test_style_transfer_sample_photos_load_without_importing_scikit_learn():
+    """A sweep pays every import once per run: the bundled photos are read from disk, pixel for pixel sklearn's."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpulab.workloads.style_transfer import default_image; "
+        "img, desc = default_image('content'); print(desc, img.shape, 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["sample:china.jpg", "(427,", "640,", "3)", "False"]
+    from sklearn.datasets import load_sample_image
+
+    from gpulab.workloads.style_transfer import default_image
+
+    assert (default_image("style")[0] == load_sample_image("flower.jpg")).all()
+
+
 def test_style_transfer_images_and_options(tmp_path):
     from PIL import Image
 

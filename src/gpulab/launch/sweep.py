@@ -269,8 +269,9 @@ def _sweep_result(
     by_slot: dict[int, list[float]] = {}
     for _, row in rows.iterrows():
         data = json.loads(Path(row["result_file"]).read_text())
-        starts.append(data.pop("wall_start"))
-        ends.append(data.pop("wall_end"))
+        wall_start, wall_end = data.pop("wall_start"), data.pop("wall_end")
+        starts.append(wall_start)
+        ends.append(wall_end)
         result = result_from_dict(data)
         results.append(result)
         by_slot.setdefault(int(row["slot"]), []).append(result.value)
@@ -285,6 +286,10 @@ def _sweep_result(
                 "pset_id": row["_pset_id"],
                 "host": row["_exec_host"],
                 "runtime_s": float(row["_pset_runtime"]),
+                # Where a run's wall clock goes besides its timed loop: process start, imports, model build,
+                # warm-up (and waiting for the peers), then tear-down. This is what bounds a sweep of short runs.
+                "before_timed_s": round(wall_start - float(row["started"]), 3),
+                "after_timed_s": round(float(row["ended"]) - wall_end, 3),
                 "started_together": result.params.get("started_together"),
                 "failure": None,
             }

@@ -48,20 +48,33 @@ def _latest(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Result]:
 
 
 def speedups(results: Iterable[Result]) -> list[Speedup]:
-    """cpu:1 → gpu:1, cpu:T → gpu:1 and cpu:1 → cpu:T for every workload × framework × precision."""
+    """cpu:1 → gpu:1, cpu:T → gpu:1 and cpu:1 → cpu:T for every workload × framework × precision.
+
+    A GPU row is compared with the CPU rows of its own precision when there are some, else with the fp32 CPU rows
+    (a CPU's native precision: bf16 autocast on a CPU without bf16 units is slower than fp32 and would flatter the
+    GPU); the CPU end is then labelled with its precision ("cpu:1 fp32").
+    """
     rows = _latest(results)
     groups = sorted({g for g, _, _ in rows})
+
+    def cpu_ends(group: _Group) -> tuple[Result | None, Result | None]:
+        ns = [n for g, launcher, n in rows if g == group and launcher == "cpu" and n > 1]
+        return rows.get((group, "cpu", 1)), rows.get((group, "cpu", max(ns))) if ns else None
+
     out: list[Speedup] = []
     for group in groups:
-        workload, framework, precision, _unit = group
-        cpu1 = rows.get((group, "cpu", 1))
+        workload, framework, precision, unit = group
+        cpu1, cpu_all = cpu_ends(group)
         gpu1 = rows.get((group, "gpu", 1))
-        cpu_ns = [n for g, launcher, n in rows if g == group and launcher == "cpu" and n > 1]
-        cpu_all = rows.get((group, "cpu", max(cpu_ns))) if cpu_ns else None
-
-        pairs = [(cpu1, gpu1, "cpu:1", "gpu:1")]
+        suffix = ""
+        if gpu1 is not None and cpu1 is None and cpu_all is None and precision != "fp32":
+            cpu1, cpu_all = cpu_ends((workload, framework, "fp32", unit))
+            suffix = " fp32"
+        pairs = [(cpu1, gpu1, f"cpu:1{suffix}", "gpu:1")]
         if cpu_all is not None:
-            pairs += [(cpu_all, gpu1, f"cpu:{cpu_all.n}", "gpu:1"), (cpu1, cpu_all, "cpu:1", f"cpu:{cpu_all.n}")]
+            pairs.append((cpu_all, gpu1, f"cpu:{cpu_all.n}{suffix}", "gpu:1"))
+            if not suffix:  # the CPU-only pair belongs to the CPU rows' own group
+                pairs.append((cpu1, cpu_all, "cpu:1", f"cpu:{cpu_all.n}"))
         for frm, to, frm_label, to_label in pairs:
             if frm is not None and to is not None:
                 out.append(Speedup(workload, framework, precision, frm_label, to_label, to.value / frm.value))

@@ -85,7 +85,11 @@ def mirrored_floor(nvlink: bool) -> Threshold:
 
 
 def cpu_config(cfg: RunConfig) -> RunConfig:
-    """The same workload made short for CPU rows: a small batch and a couple of steps."""
+    """The same workload made short for CPU rows: a small batch, a couple of steps, and fp32.
+
+    fp32 is a CPU's native precision: bf16 autocast on a CPU without bf16 units runs slower than fp32 and would
+    flatter the GPU. The speedups pair the GPU row with these fp32 CPU rows (report/scaling.py).
+    """
     from dataclasses import replace
 
-    return replace(cfg, batch=CPU_BATCH.get(cfg.workload, cfg.batch), steps=CPU_STEPS, warmup=1)
+    return replace(cfg, batch=CPU_BATCH.get(cfg.workload, cfg.batch), steps=CPU_STEPS, warmup=1, precision="fp32")

@@ -23,6 +23,8 @@ def gpu_over_cpu(lab: Lab, gpu: Result) -> Check:
     cpu = [
         r for r in lab.report.results if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, "cpu")
     ]
+    # The CPU rows of the GPU's own precision when there are some, else the fp32 ones (as report/scaling.py pairs them).
+    cpu = [r for r in cpu if r.precision == gpu.precision] or [r for r in cpu if r.precision == "fp32"]
     best = max(cpu, key=lambda r: r.n, default=None)
     name = f"speedup.gpu_over_cpu[{gpu.framework},{gpu.workload}]"
     if best is None or best.value <= 0:
@@ -38,7 +40,8 @@ def gpu_over_cpu(lab: Lab, gpu: Result) -> Check:
         "ratio": ratio,
     }
     message = (
-        f"{gpu.framework} {gpu.workload}: one GPU {gpu.value:.4g} {gpu.unit} = {ratio:.1f}x all {best.n} CPU threads"
+        f"{gpu.framework} {gpu.workload}: one GPU {gpu.value:.4g} {gpu.unit} ({gpu.precision}) = {ratio:.1f}x all "
+        f"{best.n} CPU threads ({best.precision})"
     )
     if one is not None and one.value > 0:
         message += f", {gpu.value / one.value:.0f}x one thread"

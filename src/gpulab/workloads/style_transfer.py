@@ -76,14 +76,25 @@ def _generated_image(kind: str, height: int = 427, width: int = 640) -> Any:
 def default_image(kind: str, *, use_samples: bool = True) -> tuple[Any, str]:
     """(uint8 H×W×3, description): scikit-learn's sample photo (china.jpg / flower.jpg), else a generated image."""
     name = "china.jpg" if kind == "content" else "flower.jpg"
-    if use_samples:
-        try:
-            from sklearn.datasets import load_sample_image
-
-            return load_sample_image(name), f"sample:{name}"
-        except Exception:  # scikit-learn missing or without its sample images
-            pass
+    photo = _sample_photo(name) if use_samples else None
+    if photo is not None:
+        return _load_image(photo), f"sample:{name}"
     return _generated_image(kind), f"generated:{kind}"
+
+
+def _sample_photo(name: str) -> Path | None:
+    """The path of scikit-learn's bundled sample photo, found without importing scikit-learn.
+
+    Importing it costs seconds per process, which a sweep of short runs pays once per run.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(root) / "datasets" / "images" / name
+        if path.is_file():
+            return path
+    return None
 
 
 def _load_image(path: Path) -> Any:
