@@ -7,6 +7,7 @@ import re
 from gpulab.report.io import write_report
 from gpulab.report.model import Check, Report
 from gpulab.report.render import (
+    MAX_TIMELINE_PLOTS,
     plot_scaling,
     plot_speedups,
     plot_timeline,
@@ -112,3 +113,26 @@ def test_topology_is_rendered():
     md = to_markdown(report)
     assert "GPU topology:" in md and "| GPU0 | X | NV18 |" in md
     assert "<th>GPU3</th>" in to_html(report)
+
+
+def test_a_real_standard_tier_report_renders_one_cpu_chart_and_one_per_gpu_launcher():
+    """The standard tier from 4x H200 (telemetry thinned to every 10th sample per GPU): what its HTML page must show."""
+    from pathlib import Path
+
+    from gpulab.report.io import load_report
+    from gpulab.report.render import plot_cpu_threads
+
+    report = load_report(Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json")
+    page = to_html(report)
+    scaling_alts = page.split('alt="scaling ')[1:]
+    assert sorted(a.split('"')[0] for a in scaling_alts) == [
+        "resnet50 torch dataparallel bf16",
+        "resnet50 torch ddp bf16",
+        "style_transfer torch sweep tf32",
+    ]
+    assert page.count('alt="CPU thread scaling"') == 1
+    assert page.count('alt="telemetry ') == min(
+        MAX_TIMELINE_PLOTS, sum(1 for r in report.results if r.telemetry is not None and r.telemetry.timeline)
+    )
+    assert "cpu:64 fp32" in page and "98.0 %" in page  # GPU rows against fp32 CPU rows; DDP efficiency at 4 GPUs
+    assert plot_cpu_threads({}) is None

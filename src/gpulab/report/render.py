@@ -411,6 +411,35 @@ def plot_scaling(points: list[Scaling]) -> str | None:
     return _png(fig)
 
 
+def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> str | None:
+    """Every CPU thread-scaling group in one chart: speedup over one thread against threads, with the ideal line.
+
+    One chart instead of one per workload: CPU rows are the baseline of the GPU figures, not the subject.
+    """
+    lines = {
+        key: sorted((s for s in pts if math.isfinite(s.speedup)), key=lambda s: s.n)
+        for key, pts in groups.items()
+        if key[2] == "cpu"
+    }
+    lines = {key: pts for key, pts in lines.items() if len(pts) > 1}
+    if not lines:
+        return None
+    fig = _figure(5.5, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    threads = sorted({s.n for pts in lines.values() for s in pts})
+    ax.plot(threads, threads, "--", color="#999", label="ideal (linear)")
+    for (workload, framework, _launcher, precision), pts in sorted(lines.items()):
+        ax.plot([s.n for s in pts], [s.speedup for s in pts], "o-", label=f"{workload} {framework} {precision}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_title("CPU threads: speedup over one thread", fontsize=10)
+    ax.set_xlabel("threads")
+    ax.set_ylabel("speedup (x)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
 def plot_timeline(result: Result) -> str | None:
     """Utilisation and power against time, one line per GPU; None when the result has no timeline."""
     tel = result.telemetry
@@ -615,10 +644,11 @@ def to_html(report: Report) -> str:
     if report.scaling:
         parts.append("<h2>Scaling</h2>")
         parts.append(_html_table(SCALING_HEADERS, (scaling_row(s) for s in report.scaling), num_cols=(4, 5, 6, 7, 8)))
-        for i, (key, pts) in enumerate(_scaling_groups(report).items()):
-            if i >= MAX_SCALING_PLOTS:
-                break
+        groups = _scaling_groups(report)
+        devices = [(key, pts) for key, pts in groups.items() if key[2] != "cpu"]
+        for key, pts in devices[:MAX_SCALING_PLOTS]:
             parts.append(_img(plot_scaling(pts), "scaling " + " ".join(key)))
+        parts.append(_img(plot_cpu_threads(groups), "CPU thread scaling"))
 
     timelines = [r for r in report.results if r.telemetry is not None and r.telemetry.timeline]
     if timelines:
