@@ -36,7 +36,7 @@ fi
 
 case "$action" in
   validate) extras=${GPULAB_EXTRAS:-torch} ;;
-  test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,dev} ;;
+  test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,vm,dev} ;;
 esac
 
 # The stamp records what built the environment: a hash of the pins and the extras installed.

@@ -19,8 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpulab.hw import commands as hw_commands
     from gpulab.launch import commands as launch_commands
     from gpulab.report import commands as report_commands
+    from gpulab.vm import commands as vm_commands
 
-    for module in (hw_commands, compat_commands, report_commands, launch_commands):
+    for module in (hw_commands, compat_commands, report_commands, launch_commands, vm_commands):
         module.add_commands(sub)
     return parser
 

@@ -1,0 +1,209 @@
+"""What a KVM host offers for passthrough: its NVIDIA GPUs with their companions, NUMA nodes and IOMMU state.
+
+PCI devices come from libvirt's node-device API, so any connection works (local, remote, the test driver);
+facts libvirt does not report (VFIO modules, free hugepages, BAR sizes) come from sysfs under `root`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpulab.compat import GpuSpec, gpu_by_pci_id
+from gpulab.errors import GpulabError
+from gpulab.vm import sysfs
+from gpulab.vm.connection import error_text, is_local, libvirt_module
+from gpulab.vm.nodedev import PciDevice, parse_pci_nodedev
+from gpulab.vm.pci import PciAddress
+
+GIB = 1 << 30
+MIB = 1 << 20
+# Datacenter GPUs map all their memory through BAR1, a power of two at least the memory size (a 141 GB H200
+# shows 262144 MiB of BAR1 in `nvidia-smi -q`); BAR3 adds 32 MiB. Used when sysfs cannot be read; it errs high,
+# which only costs guest address space.
+_BAR3_BYTES = 32 * MIB
+_UNKNOWN_GPU_BAR_BYTES = 32 * GIB + _BAR3_BYTES
+
+
+def _next_pow2(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
+def estimated_bar_bytes(spec: GpuSpec | None) -> int:
+    """64-bit BAR space of one GPU from its memory size in the matrix."""
+    if spec is None:
+        return _UNKNOWN_GPU_BAR_BYTES
+    return _next_pow2(int(spec.memory_gib * GIB)) + _BAR3_BYTES
+
+
+@dataclass(frozen=True)
+class Gpu:
+    device: PciDevice
+    name: str
+    spec: GpuSpec | None
+    companions: tuple[PciDevice, ...]  # other functions of the card (audio, USB-C), passed along with it
+    bar_bytes: int  # 64-bit MMIO the guest firmware must place for this GPU
+    bar_source: str  # "sysfs" or "estimate"
+    driver: str | None
+
+    @property
+    def address(self) -> PciAddress:
+        return self.device.address
+
+    @property
+    def numa_node(self) -> int | None:
+        return self.device.numa_node
+
+    def to_dict(self) -> dict[str, Any]:
+        link = self.device.link
+        return {
+            "address": str(self.address),
+            "pci_id": self.device.pci_id,
+            "name": self.name,
+            "numa_node": self.numa_node,
+            "iommu_group": self.device.iommu_group,
+            "iommu_members": [str(a) for a in self.device.iommu_members],
+            "companions": [str(c.address) for c in self.companions],
+            "driver": self.driver,
+            "pcie": None
+            if link is None
+            else {
+                "gen": link.gen_current,
+                "gen_max": link.gen_max,
+                "width": link.width_current,
+                "width_max": link.width_max,
+            },
+            "bar_bytes": self.bar_bytes,
+            "bar_source": self.bar_source,
+        }
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    node: int
+    cpus: tuple[int, ...]
+    hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # page KiB -> (free, total)
+
+    def free_pages(self, page_kib: int) -> int | None:
+        pool = self.hugepages.get(page_kib)
+        return None if pool is None else pool[0]
+
+
+@dataclass(frozen=True)
+class Host:
+    uri: str
+    devices: Mapping[PciAddress, PciDevice]
+    gpus: tuple[Gpu, ...]
+    numa: tuple[NumaNode, ...]  # empty when unknown
+    iommu_enabled: bool | None
+    vfio_modules: Mapping[str, bool] | None
+    kernel_cmdline: str | None
+    facts_root: Path | None  # where sysfs facts were read; None: libvirt only
+
+    def gpu_at(self, address: PciAddress) -> Gpu | None:
+        return next((g for g in self.gpus if g.address == address), None)
+
+    def numa_node(self, node: int) -> NumaNode | None:
+        return next((n for n in self.numa if n.node == node), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "iommu_enabled": self.iommu_enabled,
+            "vfio_modules": None if self.vfio_modules is None else dict(self.vfio_modules),
+            "kernel_cmdline": self.kernel_cmdline,
+            "facts_root": None if self.facts_root is None else str(self.facts_root),
+            "numa_nodes": [
+                {
+                    "node": n.node,
+                    "cpus": sysfs.format_cpulist(n.cpus),
+                    "hugepages": {f"{kib}kB": {"free": f, "total": t} for kib, (f, t) in sorted(n.hugepages.items())},
+                }
+                for n in self.numa
+            ],
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+
+def list_pci_devices(conn: Any) -> dict[PciAddress, PciDevice]:
+    libvirt = libvirt_module()
+    try:
+        nodedevs = conn.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)
+        xmls = [dev.XMLDesc(0) for dev in nodedevs]
+    except libvirt.libvirtError as err:
+        raise GpulabError(
+            f"cannot list PCI devices through libvirt ({error_text(err)}); the node-device driver must be "
+            "available (on Debian it is part of libvirt-daemon-system)."
+        ) from err
+    devices = {}
+    for xml in xmls:
+        device = parse_pci_nodedev(xml)
+        if device is not None:
+            devices[device.address] = device
+    return devices
+
+
+def _caps_numa(conn: Any) -> dict[int, tuple[int, ...]]:
+    """NUMA cells and their CPUs from libvirt's host capabilities (empty when it reports none)."""
+    root = ET.fromstring(conn.getCapabilities())
+    cells = {}
+    for cell in root.findall("host/topology/cells/cell"):
+        cpus = tuple(sorted(int(c.get("id", "-1")) for c in cell.findall("cpus/cpu")))
+        if cpus:
+            cells[int(cell.get("id", "0"))] = cpus
+    return cells
+
+
+def _gpu(device: PciDevice, devices: Mapping[PciAddress, PciDevice], root: Path | None) -> Gpu:
+    spec = gpu_by_pci_id(device.pci_id)
+    companions = tuple(
+        d
+        for addr, d in sorted(devices.items())
+        if addr.slot_key == device.address.slot_key and addr != device.address and not d.is_bridge
+    )
+    found_bars = sysfs.bars(root, device.address) if root is not None else None
+    if found_bars:
+        bar_bytes, bar_source = sum(b.size for b in found_bars if b.is_64bit), "sysfs"
+    else:
+        bar_bytes, bar_source = estimated_bar_bytes(spec), "estimate"
+    driver = device.driver or (sysfs.bound_driver(root, device.address) if root is not None else None)
+    return Gpu(
+        device=device,
+        name=spec.name if spec else (device.product_name or f"NVIDIA {device.pci_id}"),
+        spec=spec,
+        companions=companions,
+        bar_bytes=bar_bytes,
+        bar_source=bar_source,
+        driver=driver,
+    )
+
+
+def discover_host(conn: Any, root: Path | None = None) -> Host:
+    """The host behind `conn`. `root` is where sysfs/proc facts are read; by default "/" for a local
+    hypervisor URI and nothing for remote or test URIs (those facts are then unknown)."""
+    uri = str(conn.getURI())
+    if root is None and is_local(uri):
+        root = Path("/")
+    devices = list_pci_devices(conn)
+    gpus = tuple(_gpu(d, devices, root) for addr, d in sorted(devices.items()) if d.is_nvidia_gpu)
+
+    cpus_by_node = _caps_numa(conn) or ((sysfs.numa_cpus(root) or {}) if root is not None else {})
+    pages = (sysfs.hugepages(root) or {}) if root is not None else {}
+    numa = tuple(NumaNode(node=n, cpus=cpus, hugepages=pages.get(n, {})) for n, cpus in sorted(cpus_by_node.items()))
+
+    iommu = sysfs.iommu_enabled(root) if root is not None else None
+    if iommu is None and any(d.iommu_group is not None for d in devices.values()):
+        iommu = True  # libvirt only reports groups the kernel made
+    return Host(
+        uri=uri,
+        devices=devices,
+        gpus=gpus,
+        numa=numa,
+        iommu_enabled=iommu,
+        vfio_modules=sysfs.vfio_modules(root) if root is not None else None,
+        kernel_cmdline=sysfs.kernel_cmdline(root) if root is not None else None,
+        facts_root=root,
+    )

@@ -1,0 +1,376 @@
+"""The VM spec: one YAML mapping (documented key by key in docs/vm.md), checked whole before anything runs.
+
+Every problem in a spec is reported at once, each naming the key, what is wrong and what to write instead.
+Relative paths are taken relative to the spec file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpulab.errors import GpulabError
+
+DOMAIN_TYPES = ("kvm", "qemu")
+CPU_MODES = ("host-passthrough", "maximum", "host-model")
+FIRMWARES = ("efi", "bios")
+HUGEPAGE_SIZES = {"2M": 2048, "1G": 1048576}
+DEFAULT_IMAGE_DIR = Path("/var/lib/libvirt/images")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)\s+[A-Za-z0-9+/=]+(\s.*)?$")
+
+
+@dataclass(frozen=True)
+class DiskSpec:
+    base: Path | None = None  # a base image: the VM gets its own qcow2 overlay on it
+    path: Path | None = None  # or a disk used as it is
+    dir: Path = DEFAULT_IMAGE_DIR  # where the overlay and the cloud-init seed go
+    size_gib: int | None = None  # overlay virtual size (default: the base image's)
+    format: str | None = None  # of `path`: qcow2 or raw (default: from the file name)
+
+    @property
+    def disk_format(self) -> str:
+        if self.path is None:
+            return "qcow2"
+        return self.format or ("qcow2" if self.path.suffix == ".qcow2" else "raw")
+
+    def disk_path(self, vm_name: str) -> Path:
+        if self.path is not None:
+            return self.path
+        return self.dir / f"{vm_name}.qcow2"
+
+
+@dataclass(frozen=True)
+class CloudInitSpec:
+    hostname: str
+    user: str
+    ssh_authorized_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    name: str
+    address: ipaddress.IPv4Interface | None = None  # set: gpulab creates this isolated network if missing
+
+    @property
+    def create(self) -> bool:
+        return self.address is not None
+
+
+@dataclass(frozen=True)
+class KernelBoot:
+    kernel: Path
+    initrd: Path | None
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    name: str
+    vcpus: int
+    memory_mib: int
+    gpus: str | None = None  # a selector (gpulab.vm.select); None: no GPU
+    extra_hostdevs: tuple[str, ...] = ()
+    domain_type: str = "kvm"
+    cpu_mode: str = "host-passthrough"
+    firmware: str = "efi"
+    hugepages: bool = False
+    hugepage_size: str = "1G"
+    numa_pinning: bool = True
+    mmio_window_gib: int | None = None  # None: sized from the GPUs' BARs
+    p2p_clique: int | None = None
+    kvm_hidden: bool = False
+    disk: DiskSpec | None = None
+    cloud_init: CloudInitSpec | None = None
+    network: NetworkSpec | None = None
+    kernel_boot: KernelBoot | None = None
+    console_log: Path | None = None
+
+    @property
+    def hugepage_kib(self) -> int:
+        return HUGEPAGE_SIZES[self.hugepage_size]
+
+
+_KEYS = (
+    "name",
+    "vcpus",
+    "memory_mib",
+    "gpus",
+    "extra_hostdevs",
+    "domain_type",
+    "cpu_mode",
+    "firmware",
+    "hugepages",
+    "hugepage_size",
+    "numa_pinning",
+    "mmio_window_gib",
+    "p2p_clique",
+    "kvm_hidden",
+    "disk",
+    "cloud_init",
+    "network",
+    "kernel_boot",
+    "console_log",
+)
+
+
+class _Reader:
+    """Typed access to the spec mapping that collects every problem instead of stopping at the first."""
+
+    def __init__(self, data: dict[str, Any], where: str, base_dir: Path) -> None:
+        self.data, self.where, self.base_dir = data, where, base_dir
+        self.problems: list[str] = []
+
+    def fail(self, key: str, message: str) -> None:
+        self.problems.append(f"{key}: {message}")
+
+    def required_int(self, key: str, low: int, high: int) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            self.fail(key, f"required; give a whole number from {low} to {high}.")
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fail(key, f"{value!r} is not a whole number from {low} to {high}.")
+            return None
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.data.get(key, default)
+        if value not in choices:
+            self.fail(key, f"{value!r} is not one of {', '.join(choices)}.")
+            return default
+        return str(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(key, f"{value!r} is not true or false.")
+            return default
+        return value
+
+    def path(self, value: Any, key: str) -> Path | None:
+        if not isinstance(value, str) or not value.strip():
+            self.fail(key, f"{value!r} is not a path.")
+            return None
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    def mapping(self, key: str) -> dict[str, Any] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a mapping (see docs/vm.md), not {type(value).__name__}.")
+            return None
+        return value
+
+    def unknown(self, data: dict[str, Any], known: tuple[str, ...], prefix: str) -> None:
+        for key in sorted(set(data) - set(known), key=str):
+            self.fail(f"{prefix}{key}", f"unknown key; the keys are {', '.join(known)}.")
+
+
+def _gpus(r: _Reader) -> str | None:
+    value = r.data.get("gpus")
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        r.fail("gpus", "write a selector such as 'all', '4x10de:15f8' or '0000:3b:00.0', not true/false.")
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    r.fail("gpus", f"{value!r} is not a GPU selector; write e.g. 'all', '4x10de:15f8' or a list of PCI addresses.")
+    return None
+
+
+def _disk(r: _Reader) -> DiskSpec | None:
+    raw = r.mapping("disk")
+    if raw is None:
+        return None
+    r.unknown(raw, ("base", "path", "dir", "size_gib", "format"), "disk.")
+    base = r.path(raw["base"], "disk.base") if "base" in raw else None
+    path = r.path(raw["path"], "disk.path") if "path" in raw else None
+    if (base is None) == (path is None):
+        r.fail("disk", "give exactly one of `base` (an image to overlay) or `path` (a disk to use as it is).")
+    directory = r.path(raw["dir"], "disk.dir") if "dir" in raw else DEFAULT_IMAGE_DIR
+    size = raw.get("size_gib")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        r.fail("disk.size_gib", f"{size!r} is not a whole number of GiB >= 1.")
+        size = None
+    if size is not None and base is None:
+        r.fail("disk.size_gib", "only applies to an overlay on `base`; resize a given `path` disk yourself.")
+    fmt = raw.get("format")
+    if fmt is not None and fmt not in ("qcow2", "raw"):
+        r.fail("disk.format", f"{fmt!r} is not qcow2 or raw.")
+        fmt = None
+    if fmt is not None and path is None:
+        r.fail("disk.format", "only applies to `path`; an overlay on `base` is always qcow2.")
+    return DiskSpec(base=base, path=path, dir=directory or DEFAULT_IMAGE_DIR, size_gib=size, format=fmt)
+
+
+def _cloud_init(r: _Reader, vm_name: str) -> CloudInitSpec | None:
+    raw = r.mapping("cloud_init")
+    if raw is None:
+        return None
+    r.unknown(raw, ("hostname", "user", "ssh_authorized_keys", "ssh_authorized_key_files"), "cloud_init.")
+    hostname = raw.get("hostname", vm_name.replace("_", "-").replace(".", "-"))
+    if not isinstance(hostname, str) or not _HOSTNAME.match(hostname):
+        r.fail("cloud_init.hostname", f"{hostname!r} is not a host name (letters, digits, '-'; up to 63).")
+    user = raw.get("user", "gpulab")
+    if not isinstance(user, str) or not _USER.match(user):
+        r.fail("cloud_init.user", f"{user!r} is not a Linux user name (lower case, digits, '_', '-').")
+    keys: list[str] = []
+    listed = raw.get("ssh_authorized_keys", [])
+    if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
+        r.fail("cloud_init.ssh_authorized_keys", "must be a list of public key lines ('ssh-ed25519 AAAA... user').")
+        listed = []
+    keys.extend(k.strip() for k in listed)
+    files = raw.get("ssh_authorized_key_files", [])
+    if not isinstance(files, list):
+        r.fail("cloud_init.ssh_authorized_key_files", "must be a list of .pub files.")
+        files = []
+    for item in files:
+        path = r.path(item, "cloud_init.ssh_authorized_key_files")
+        if path is None:
+            continue
+        try:
+            keys.extend(line.strip() for line in path.read_text().splitlines() if line.strip())
+        except OSError as err:
+            r.fail("cloud_init.ssh_authorized_key_files", f"cannot read {path}: {err.strerror or err}.")
+    for key in keys:
+        if not _SSH_KEY.match(key):
+            r.fail("cloud_init.ssh_authorized_keys", f"{key[:40]!r}... is not an OpenSSH public key line.")
+    if not keys:
+        r.fail("cloud_init", "needs at least one SSH public key (ssh_authorized_keys or ssh_authorized_key_files).")
+    return CloudInitSpec(hostname=str(hostname), user=str(user), ssh_authorized_keys=tuple(keys))
+
+
+def _network(r: _Reader) -> NetworkSpec | None:
+    value = r.data.get("network")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return NetworkSpec(name=value)
+    raw = r.mapping("network")
+    if raw is None:
+        return None
+    r.unknown(raw, ("name", "address"), "network.")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        r.fail("network.name", f"{name!r} is not a network name (letters, digits, '_', '.', '-').")
+        return None
+    address = raw.get("address")
+    if address is None:
+        return NetworkSpec(name=name)
+    try:
+        iface = ipaddress.IPv4Interface(str(address))
+    except ValueError:
+        r.fail("network.address", f"{address!r} is not the host's address with prefix, e.g. 192.168.150.1/24.")
+        return None
+    if iface.network.prefixlen > 29 or iface.ip in (iface.network.network_address, iface.network.broadcast_address):
+        r.fail("network.address", f"{address} leaves no room for DHCP; use a host address in a /24 to /29.")
+        return None
+    return NetworkSpec(name=name, address=iface)
+
+
+def _kernel_boot(r: _Reader) -> KernelBoot | None:
+    raw = r.mapping("kernel_boot")
+    if raw is None:
+        return None
+    r.unknown(raw, ("kernel", "initrd", "cmdline"), "kernel_boot.")
+    if "kernel" not in raw:
+        r.fail("kernel_boot.kernel", "required: the guest kernel (vmlinuz) to boot directly.")
+        return None
+    kernel = r.path(raw["kernel"], "kernel_boot.kernel")
+    initrd = r.path(raw["initrd"], "kernel_boot.initrd") if raw.get("initrd") is not None else None
+    cmdline = raw.get("cmdline", "")
+    if not isinstance(cmdline, str):
+        r.fail("kernel_boot.cmdline", "must be text, e.g. 'root=/dev/vda console=ttyS0'.")
+        cmdline = ""
+    return None if kernel is None else KernelBoot(kernel=kernel, initrd=initrd, cmdline=cmdline)
+
+
+def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = None) -> VmSpec:
+    """Check `data` (the parsed YAML) and build the spec; a GpulabError lists every problem."""
+    if not isinstance(data, dict):
+        raise GpulabError(f"{where}: must be a mapping of keys (name, vcpus, memory_mib, ...); see docs/vm.md.")
+    r = _Reader(data, where, base_dir or Path.cwd())
+    r.unknown(data, _KEYS, "")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        r.fail("name", f"{name!r} is not a VM name (letters, digits, '_', '.', '-'; up to 63; starts alphanumeric).")
+        name = "invalid"
+    vcpus = r.required_int("vcpus", 1, 1024)
+    memory = r.required_int("memory_mib", 256, 64 * 1024 * 1024)
+    domain_type = r.choice("domain_type", DOMAIN_TYPES, "kvm")
+    cpu_mode = r.choice("cpu_mode", CPU_MODES, "host-passthrough" if domain_type == "kvm" else "maximum")
+    if domain_type == "qemu" and cpu_mode in ("host-passthrough", "host-model"):
+        r.fail("cpu_mode", f"{cpu_mode} needs hardware virtualisation; with domain_type qemu (TCG) use 'maximum'.")
+    hugepage_size = r.choice("hugepage_size", tuple(HUGEPAGE_SIZES), "1G")
+    hugepages = r.flag("hugepages", False)
+    if hugepages and memory is not None and (memory * 1024) % HUGEPAGE_SIZES[hugepage_size]:
+        r.fail("memory_mib", f"{memory} MiB is not a whole number of {hugepage_size} hugepages; round it.")
+    mmio = data.get("mmio_window_gib", "auto")
+    if mmio == "auto":
+        mmio = None
+    elif isinstance(mmio, bool) or not isinstance(mmio, int) or mmio < 0 or mmio & (mmio - 1):
+        r.fail("mmio_window_gib", f"{mmio!r} is not 'auto' or a power of two in GiB (0 turns the setting off).")
+        mmio = None
+    clique = data.get("p2p_clique")
+    if clique is not None and (isinstance(clique, bool) or not isinstance(clique, int) or not 0 <= clique <= 15):
+        r.fail("p2p_clique", f"{clique!r} is not a clique id from 0 to 15 (or leave it out).")
+        clique = None
+    extra = data.get("extra_hostdevs", [])
+    if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
+        r.fail("extra_hostdevs", "must be a list of PCI addresses ('0000:07:00.0').")
+        extra = []
+    console_log = r.path(data["console_log"], "console_log") if data.get("console_log") is not None else None
+    spec = VmSpec(
+        name=name,
+        vcpus=vcpus or 1,
+        memory_mib=memory or 256,
+        gpus=_gpus(r),
+        extra_hostdevs=tuple(extra),
+        domain_type=domain_type,
+        cpu_mode=cpu_mode,
+        firmware=r.choice("firmware", FIRMWARES, "efi"),
+        hugepages=hugepages,
+        hugepage_size=hugepage_size,
+        numa_pinning=r.flag("numa_pinning", True),
+        mmio_window_gib=mmio,
+        p2p_clique=clique,
+        kvm_hidden=r.flag("kvm_hidden", False),
+        disk=_disk(r),
+        cloud_init=_cloud_init(r, name),
+        network=_network(r),
+        kernel_boot=_kernel_boot(r),
+        console_log=console_log,
+    )
+    if spec.cloud_init is not None and spec.disk is None:
+        r.fail("cloud_init", "needs a `disk` (the seed image goes next to it in disk.dir).")
+    if r.problems:
+        raise GpulabError(f"{where} has {len(r.problems)} problem(s):\n  " + "\n  ".join(r.problems))
+    return spec
+
+
+def load_spec(path: Path) -> VmSpec:
+    """Read and check a VM spec file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise GpulabError(f"cannot read VM spec {path}: {err.strerror or err}.") from err
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise GpulabError(f"VM spec {path} is not valid YAML: {err}") from err
+    return spec_from_dict(data, where=f"VM spec {path}", base_dir=Path(path).resolve().parent)

@@ -1,0 +1,93 @@
+"""Golden files of libvirt/domain.xml.j2 over a matrix of options; each golden is valid libvirt XML.
+
+Regenerate after an intended template change: GPULAB_REGENERATE_GOLDEN=1 pytest tests/test_vm_golden.py
+(then review the diff of tests/golden/vm/ before committing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+import vm_fakehost as fake
+from gpulab.vm import plan, spec_from_dict
+
+CASES = yaml.safe_load((fake.GOLDEN / "cases.yml").read_text())
+REGENERATE = os.environ.get("GPULAB_REGENERATE_GOLDEN", "") not in ("", "0")
+
+
+def planned(case: str):
+    entry = CASES[case]
+    conn = fake.connect(entry["host"])
+    root = fake.sysfs(entry["host"]) if entry["sysfs"] else None
+    return conn, plan(conn, spec_from_dict(entry["spec"], where=f"case {case}"), root=root)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_xml_matches_golden(case):
+    _conn, p = planned(case)
+    golden = fake.GOLDEN / f"{case}.xml"
+    if REGENERATE:
+        golden.write_text(p.xml)
+    assert golden.is_file(), f"{golden} is missing; create it with GPULAB_REGENERATE_GOLDEN=1"
+    assert p.xml == golden.read_text(), f"{case}: rendering differs from {golden.name} (regenerate if intended)"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_validates_against_libvirt_schema(case):
+    tool = fake.require_tool("virt-xml-validate", "libvirt-clients libxml2-utils")
+    golden = fake.GOLDEN / f"{case}.xml"
+    proc = subprocess.run([tool, str(golden), "domain"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_defines_with_libvirt_validation(case):
+    """libvirt itself parses each golden with VIR_DOMAIN_DEFINE_VALIDATE (schema + its own checks)."""
+    conn, p = planned(case)
+    import libvirt
+
+    dom = conn.defineXMLFlags((fake.GOLDEN / f"{case}.xml").read_text(), libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+    assert dom.name() == p.spec.name
+    xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert xml.count("<hostdev ") == len(p.layout.hostdevs)
+
+
+def test_plan_checks_of_the_matrix():
+    """What each case's plan says beside its XML: every case is definable; the warnings are the expected ones."""
+    expected_warnings = {
+        "h200-4gpu-large-bar": {"vfio", "driver"},
+        "h200-2gpu-tcg-large-bar": {"vfio", "driver"},
+        "gtx-companion-hidden-bios": {"layout"},  # NUMA CPUs unknown without sysfs: not pinned
+        "p100-pair-shared-group": {"layout"},
+    }
+    for case in CASES:
+        _conn, p = planned(case)
+        assert p.ok, (case, [c.message for c in p.failures])
+        assert {c.name for c in p.warnings} == expected_warnings.get(case, set()), (case, p.warnings)
+
+
+def test_the_matrix_covers_the_options():
+    """The cases render what their names promise (so a renamed option cannot leave the matrix silently)."""
+    xml = {case: (fake.GOLDEN / f"{case}.xml").read_text() for case in CASES}
+    assert xml["p100-1gpu-kvm"].count("<hostdev ") == 1 and "X-PciMmio64Mb" not in xml["p100-1gpu-kvm"]
+    assert "<numatune>" in xml["p100-1gpu-kvm"] and "<vcpupin vcpu='7' cpuset='7'/>" in xml["p100-1gpu-kvm"]
+    lab = xml["p100-4gpu-two-nodes-lab"]
+    assert lab.count("<hostdev ") == 4 and lab.count("pxb-pcie") == 2 and "<cell id='1' cpus='10-19'" in lab
+    assert "<vcpupin vcpu='10' cpuset='10'/>" in lab  # the second cell's vCPUs on node 1's cores
+    assert "string=131072" in lab and lab.count("x-nv-gpudirect-clique") == 4
+    assert "<hugepages>" in lab and "<hugepages>" not in xml["p100-4gpu-unpinned"]
+    assert "<cputune>" not in xml["p100-4gpu-unpinned"] and "pxb-pcie" not in xml["p100-4gpu-unpinned"]
+    h200 = xml["h200-4gpu-large-bar"]
+    assert "string=2097152" in h200 and "<maxphysaddr mode='passthrough'/>" in h200  # 4 x 256 GiB BAR1 -> 2 TiB
+    tcg = xml["h200-2gpu-tcg-large-bar"]
+    assert "<domain type='qemu'" in tcg and "<cpu mode='maximum'" in tcg and "mode='emulate' bits=" in tcg
+    gtx = xml["gtx-companion-hidden-bios"]
+    assert "<hidden state='on'/>" in gtx and "firmware='efi'" not in gtx
+    assert "function='0x1'/>" in gtx and "multifunction='on'" in gtx  # the HDMI audio beside the GPU
+    boot = xml["tcg-boot-no-gpu"]
+    assert "<kernel>/var/lib/gpulab/images/vmlinuz</kernel>" in boot and "<hostdev" not in boot
+    assert "/var/lib/gpulab/vms/tcg-boot-seed-" in boot and "<source network='gpulab-test'/>" in boot
