@@ -1,0 +1,134 @@
+#!/usr/bin/python
+"""The PCI functions a KVM host must hand to vfio-pci: its NVIDIA GPUs and every other function of their slots
+(HDMI audio, USB-C controllers), read from sysfs; and the CPU vendor and IOMMU state the boot parameters depend on."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vfio_devices
+short_description: NVIDIA GPUs and their companion functions, CPU vendor and IOMMU state, from sysfs
+description:
+  - Lists NVIDIA display/3D controllers (PCI vendor 0x10de, class 0x03xx) under C(/sys/bus/pci/devices) and every
+    other function of the same slot (domain:bus:device), which has to be passed through with the GPU.
+  - Reports the CPU vendor from C(/proc/cpuinfo), whether the IOMMU is on (C(/sys/kernel/iommu_groups) has groups)
+    and the kernel driver each listed function is bound to.
+  - Changes nothing.
+options:
+  root:
+    description: Directory the C(sys) and C(proc) trees are read from (C(/) on a real host).
+    type: path
+    default: /
+author: gpulab
+"""
+
+EXAMPLES = r"""
+- name: Find the GPUs to pass through
+  vfio_devices:
+  register: found
+"""
+
+RETURN = r"""
+devices:
+  description: The GPUs and their companion functions, GPUs first.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    address: {description: PCI address (0000:3b:00.0)., type: str}
+    pci_id: {description: vendor:device (10de:15f8)., type: str}
+    gpu: {description: True for the GPU function itself., type: bool}
+    driver: {description: Bound kernel driver, or null., type: str}
+    iommu_group: {description: IOMMU group number, or null when the IOMMU is off., type: int}
+pci_ids:
+  description: The distinct vendor:device ids of I(devices), GPUs first (the vfio-pci ids= list).
+  returned: always
+  type: list
+  elements: str
+cpu_vendor:
+  description: intel, amd, or unknown.
+  returned: always
+  type: str
+iommu_enabled:
+  description: True when the kernel created IOMMU groups.
+  returned: always
+  type: bool
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+NVIDIA = "0x10de"
+CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "amd"}
+
+
+def read(path, default=None):
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return default
+
+
+def link_name(path):
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return None
+
+
+def function_info(devices_dir, address):
+    base = os.path.join(devices_dir, address)
+    vendor = read(os.path.join(base, "vendor"), "0x0000")
+    device = read(os.path.join(base, "device"), "0x0000")
+    group = link_name(os.path.join(base, "iommu_group"))
+    return {
+        "address": address,
+        "pci_id": f"{vendor[2:]}:{device[2:]}".lower(),
+        "vendor": vendor.lower(),
+        "class": int(read(os.path.join(base, "class"), "0x0"), 16),
+        "driver": link_name(os.path.join(base, "driver")),
+        "iommu_group": int(group) if group and group.isdigit() else None,
+    }
+
+
+def discover(root):
+    devices_dir = os.path.join(root, "sys/bus/pci/devices")
+    try:
+        addresses = sorted(os.listdir(devices_dir))
+    except OSError:
+        addresses = []
+    functions = [function_info(devices_dir, a) for a in addresses]
+    gpus = [f for f in functions if f["vendor"] == NVIDIA and f["class"] >> 16 == 0x03]
+    slots = {g["address"].rsplit(".", 1)[0] for g in gpus}
+    chosen = gpus + [f for f in functions if f["address"].rsplit(".", 1)[0] in slots and f not in gpus]
+    devices = [
+        dict({k: f[k] for k in ("address", "pci_id", "driver", "iommu_group")}, gpu=f in gpus) for f in chosen
+    ]
+    pci_ids = []
+    for d in devices:
+        if d["pci_id"] not in pci_ids:
+            pci_ids.append(d["pci_id"])
+    return devices, pci_ids
+
+
+def cpu_vendor(root):
+    for line in (read(os.path.join(root, "proc/cpuinfo"), "") or "").splitlines():
+        if line.startswith("vendor_id"):
+            return CPU_VENDORS.get(line.split(":", 1)[1].strip(), "unknown")
+    return "unknown"
+
+
+def main():
+    module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"}}, supports_check_mode=True)
+    root = module.params["root"]
+    devices, pci_ids = discover(root)
+    groups_dir = os.path.join(root, "sys/kernel/iommu_groups")
+    iommu = os.path.isdir(groups_dir) and bool(os.listdir(groups_dir))
+    module.exit_json(
+        changed=False, devices=devices, pci_ids=pci_ids, cpu_vendor=cpu_vendor(root), iommu_enabled=iommu
+    )
+
+
+if __name__ == "__main__":
+    main()

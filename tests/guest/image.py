@@ -1,0 +1,323 @@
+"""A Debian 12 root filesystem for the tests: built once with debootstrap, cached as a tarball, unpacked per test.
+
+The cache lives outside the clone, under ${GPULAB_CI_CACHE:-/var/cache/gpulab-ci}/guest/, keyed by a hash of
+this file (which holds the package list and every build step), so changing the recipe rebuilds it. Builds are
+atomic (temp dir + rename) and serialised by a file lock, so parallel test sessions never see half an image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+SUITE = "bookworm"
+MIRROR = os.environ.get("GPULAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+SECURITY_MIRROR = os.environ.get("GPULAB_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
+COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
+PACKAGES = (
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "python3-venv",
+    "linux-image-amd64",
+    "linux-headers-amd64",
+    "systemd-sysv",
+    "udev",
+    "iproute2",
+    "dbus",
+    "kmod",
+    "pciutils",
+    "initramfs-tools",
+    "ca-certificates",
+    "sudo",
+)
+# Installed by apt after debootstrap: debootstrap's resolver cannot satisfy their virtual dependencies.
+APT_PACKAGES = ("cloud-init",)
+HOSTNAME = "gpulab-guest"
+FS_LABEL = "gpulab-root"  # the booted guest's root filesystem (tests/guest/disk.py)
+# The login user of the booted guest: key-only SSH, passwordless sudo (Ansible's become).
+GUEST_USER = "gpulab"
+
+# Debian's mount points in a chroot, in mount order (unmounted in reverse).
+_BIND_MOUNTS = ("proc", "sys", "dev", "dev/pts")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GPULAB_CI_CACHE", "/var/cache/gpulab-ci"))
+
+
+def guest_cache() -> Path:
+    return cache_root() / "guest"
+
+
+def apt_archive_cache() -> Path:
+    """Downloaded .debs shared by every chroot's apt (bind-mounted over /var/cache/apt/archives)."""
+    return cache_root() / "apt-archives"
+
+
+def recipe_key() -> str:
+    """Hash of what builds the image: this file and the mirror layout it writes."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(f"{SUITE} {' '.join(COMPONENTS)}".encode())
+    return h.hexdigest()[:16]
+
+
+def run(
+    cmd: list[str], *, timeout: float = 1800, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command; on failure raise with its output so the test log shows why."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def in_chroot(root: Path, *cmd: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "DEBIAN_FRONTEND": "noninteractive",
+        "LANG": "C.UTF-8",
+        "HOME": "/root",
+    }
+    return run(["chroot", str(root), *cmd], timeout=timeout, env=env)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below root, deepest first."""
+    prefix = str(root.resolve())
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        target = line.split()[1].replace("\\040", " ")
+        if target == prefix or target.startswith(prefix + "/"):
+            found.append(target)
+    return sorted(found, key=len, reverse=True)
+
+
+def unmount_all(root: Path) -> None:
+    for target in mounts_under(root):
+        if subprocess.run(["umount", target], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
+def remove_root(root: Path) -> None:
+    """Delete an unpacked root; never crosses into a mount (a leftover bind of /dev must not be emptied)."""
+    if not root.exists():
+        return
+    unmount_all(root)
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=True)
+
+
+@contextlib.contextmanager
+def chroot_mounts(root: Path, apt_cache: Path | None = None) -> Iterator[Path]:
+    """Mount /proc, /sys, /dev, /dev/pts and resolv.conf into root (and the shared apt archive cache when given).
+
+    Services are kept from starting inside the chroot (policy-rc.d) while mounted. Everything is unmounted on
+    exit, also when the body fails.
+    """
+    root = root.resolve()
+    policy = root / "usr/sbin/policy-rc.d"
+    own_policy = not policy.exists()
+    try:
+        for sub in _BIND_MOUNTS:
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            run(["mount", "--bind", f"/{sub}", str(root / sub)])
+        resolv = root / "etc/resolv.conf"
+        if resolv.is_symlink():
+            resolv.unlink()
+        resolv.touch()
+        run(["mount", "--bind", "/etc/resolv.conf", str(resolv)])
+        if apt_cache is not None:
+            apt_cache.mkdir(parents=True, exist_ok=True)
+            (apt_cache / "partial").mkdir(exist_ok=True)
+            archives = root / "var/cache/apt/archives"
+            archives.mkdir(parents=True, exist_ok=True)
+            run(["mount", "--bind", str(apt_cache), str(archives)])
+        if own_policy:
+            policy.write_text("#!/bin/sh\n# gpulab test chroot: no daemons start here\nexit 101\n")
+            policy.chmod(0o755)
+        yield root
+    finally:
+        if own_policy:
+            policy.unlink(missing_ok=True)
+        unmount_all(root)
+
+
+def _write(root: Path, rel: str, text: str, mode: int = 0o644) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _configure(root: Path) -> None:
+    """Turn a debootstrap tree into a bootable, SSH-reachable guest that Ansible can manage."""
+    comps = " ".join(COMPONENTS)
+    (root / "etc/apt/sources.list").unlink(missing_ok=True)
+    _write(
+        root,
+        "etc/apt/sources.list.d/debian.sources",
+        f"Types: deb\nURIs: {MIRROR}\nSuites: {SUITE} {SUITE}-updates\nComponents: {comps}\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        f"Types: deb\nURIs: {SECURITY_MIRROR}\nSuites: {SUITE}-security\nComponents: {comps}\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+    )
+    _write(root, "etc/hostname", f"{HOSTNAME}\n")
+    _write(root, "etc/hosts", f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n::1 localhost ip6-localhost ip6-loopback\n")
+    _write(root, "etc/fstab", f"LABEL={FS_LABEL} / ext4 defaults,errors=remount-ro 0 1\n")
+    # DHCP on the first NIC via systemd-networkd (no ifupdown or NetworkManager in minbase).
+    _write(root, "etc/systemd/network/80-gpulab-dhcp.network", "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n")
+    _write(root, "etc/ssh/sshd_config.d/gpulab.conf", "PasswordAuthentication no\nUseDNS no\n")
+    # cloud-init reads only the NoCloud seed gpulab.vm attaches (probing cloud metadata services would stall boot)
+    # and runs once, in its network stage, with the modules a gpulab seed uses: hostname, users and their keys,
+    # SSH. Under TCG every cloud-init stage costs 10-70 s of Python start-up, so the local, config and final
+    # stages are masked; the network is systemd-networkd's DHCP above, and the baked host keys are kept.
+    _write(
+        root,
+        "etc/cloud/cloud.cfg.d/90-gpulab.cfg",
+        "datasource_list: [NoCloud, None]\n"
+        "network:\n  config: disabled\n"
+        "locale: false\n"
+        "ssh_deletekeys: false\n"
+        "ssh_genkeytypes: []\n"
+        "cloud_init_modules: [resizefs, set_hostname, update_hostname, update_etc_hosts, users-groups, ssh]\n"
+        "cloud_config_modules: []\n"
+        "cloud_final_modules: []\n",
+    )
+    _write(root, f"etc/sudoers.d/{GUEST_USER}", f"{GUEST_USER} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
+    in_chroot(root, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", GUEST_USER)
+    in_chroot(root, "systemctl", "enable", "systemd-networkd.service", "ssh.service")
+    # Timers that would take the apt lock under an Ansible run, and a wait that only slows boot.
+    in_chroot(
+        root,
+        "systemctl",
+        "mask",
+        "apt-daily.timer",
+        "apt-daily-upgrade.timer",
+        "systemd-networkd-wait-online.service",
+    )
+    with chroot_mounts(root, apt_cache=apt_archive_cache()):
+        in_chroot(root, "apt-get", "update", "-q")
+        in_chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES)
+    in_chroot(root, "apt-get", "clean")
+    in_chroot(root, "systemctl", "mask", "cloud-init-local.service", "cloud-config.service", "cloud-final.service")
+    _write(root, "etc/resolv.conf", "")  # the build host's resolver has no place in the image
+
+
+def kernel_release(root: Path) -> str:
+    """The release of the one kernel installed in root (from /boot/vmlinuz-<release>)."""
+    kernels = sorted(p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*"))
+    if len(kernels) != 1:
+        raise RuntimeError(f"expected one kernel in {root}/boot, found {kernels or 'none'}")
+    return kernels[0]
+
+
+def build_rootfs(dest_tarball: Path, debs_cache: Path | None = None) -> None:
+    """debootstrap + configure into a temp dir beside dest, tar it, rename into place."""
+    dest_tarball.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=dest_tarball.parent))
+    root = work / "root"
+    try:
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--components={','.join(COMPONENTS)}",
+            f"--include={','.join(PACKAGES)}",
+        ]
+        if debs_cache is not None:
+            debs_cache.mkdir(parents=True, exist_ok=True)
+            cmd.append(f"--cache-dir={debs_cache}")
+        try:
+            run([*cmd, SUITE, str(root), MIRROR], timeout=3600)
+        except RuntimeError as err:
+            log = root / "debootstrap/debootstrap.log"
+            detail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+            raise RuntimeError(f"{err}\ndebootstrap.log:\n{detail}") from err
+        _configure(root)
+        kernel_release(root)  # exactly one kernel, or the boot tests could not pick one
+        tmp_tar = work / "rootfs.tar.zst"
+        run(
+            [
+                "tar",
+                "--numeric-owner",
+                "--xattrs",
+                "--xattrs-include=*",
+                "-I",
+                "zstd -T0 -3",
+                "-C",
+                str(root),
+                "-cf",
+                str(tmp_tar),
+                ".",
+            ]
+        )
+        os.replace(tmp_tar, dest_tarball)
+    finally:
+        remove_root(root)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def prune_stale(keep: Path) -> None:
+    """Delete other builds of the same kind beside `keep` (earlier recipes), so the cache does not grow."""
+    stem = keep.name.split("-")[0]
+    for old in keep.parent.glob(f"{stem}-*"):
+        if old != keep:
+            if old.is_dir():
+                remove_root(old)
+            else:
+                old.unlink(missing_ok=True)
+
+
+def rootfs_tarball() -> Path:
+    """The cached root tarball for the current recipe, built on first use (minutes) and reused afterwards."""
+    cache = guest_cache()
+    tarball = cache / f"rootfs-{SUITE}-{recipe_key()}.tar.zst"
+    if tarball.exists():
+        return tarball
+    with file_lock(cache / "rootfs.lock"):
+        if not tarball.exists():  # another session may have built it while this one waited
+            build_rootfs(tarball, debs_cache=cache / "debootstrap-debs")
+            prune_stale(tarball)
+    return tarball
+
+
+def unpack_root(dest: Path) -> Path:
+    """Unpack a fresh copy of the root into dest (created; must be empty or absent) and return it."""
+    tarball = rootfs_tarball()
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise RuntimeError(f"{dest} is not empty: unpack_root needs an empty directory")
+    run(
+        [
+            "tar",
+            "--numeric-owner",
+            "--xattrs",
+            "--xattrs-include=*",
+            "-I",
+            "zstd -T0",
+            "-C",
+            str(dest),
+            "-xpf",
+            str(tarball),
+        ]
+    )
+    return dest
