@@ -4,6 +4,11 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
 DOCUMENTATION = r"""
 module: vfio_devices
 short_description: NVIDIA GPUs and their companion functions, CPU vendor and IOMMU state, from sysfs
@@ -54,15 +59,11 @@ iommu_enabled:
   type: bool
 """
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-
 NVIDIA = "0x10de"
 CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "amd"}
 
 
-def read(path, default=None):
+def read(path: str, default: str | None = None) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read().strip()
@@ -70,14 +71,14 @@ def read(path, default=None):
         return default
 
 
-def link_name(path):
+def link_name(path: str) -> str | None:
     try:
         return os.path.basename(os.readlink(path))
     except OSError:
         return None
 
 
-def function_info(devices_dir, address):
+def function_info(devices_dir: str, address: str) -> dict[str, Any]:
     base = os.path.join(devices_dir, address)
     vendor = read(os.path.join(base, "vendor"), "0x0000")
     device = read(os.path.join(base, "device"), "0x0000")
@@ -92,7 +93,7 @@ def function_info(devices_dir, address):
     }
 
 
-def discover(root):
+def discover(root: str) -> tuple[list[dict[str, Any]], list[str]]:
     devices_dir = os.path.join(root, "sys/bus/pci/devices")
     try:
         addresses = sorted(os.listdir(devices_dir))
@@ -102,9 +103,7 @@ def discover(root):
     gpus = [f for f in functions if f["vendor"] == NVIDIA and f["class"] >> 16 == 0x03]
     slots = {g["address"].rsplit(".", 1)[0] for g in gpus}
     chosen = gpus + [f for f in functions if f["address"].rsplit(".", 1)[0] in slots and f not in gpus]
-    devices = [
-        dict({k: f[k] for k in ("address", "pci_id", "driver", "iommu_group")}, gpu=f in gpus) for f in chosen
-    ]
+    devices = [dict({k: f[k] for k in ("address", "pci_id", "driver", "iommu_group")}, gpu=f in gpus) for f in chosen]
     pci_ids = []
     for d in devices:
         if d["pci_id"] not in pci_ids:
@@ -112,22 +111,20 @@ def discover(root):
     return devices, pci_ids
 
 
-def cpu_vendor(root):
+def cpu_vendor(root: str) -> str:
     for line in (read(os.path.join(root, "proc/cpuinfo"), "") or "").splitlines():
         if line.startswith("vendor_id"):
             return CPU_VENDORS.get(line.split(":", 1)[1].strip(), "unknown")
     return "unknown"
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"}}, supports_check_mode=True)
     root = module.params["root"]
     devices, pci_ids = discover(root)
     groups_dir = os.path.join(root, "sys/kernel/iommu_groups")
     iommu = os.path.isdir(groups_dir) and bool(os.listdir(groups_dir))
-    module.exit_json(
-        changed=False, devices=devices, pci_ids=pci_ids, cpu_vendor=cpu_vendor(root), iommu_enabled=iommu
-    )
+    module.exit_json(changed=False, devices=devices, pci_ids=pci_ids, cpu_vendor=cpu_vendor(root), iommu_enabled=iommu)
 
 
 if __name__ == "__main__":
