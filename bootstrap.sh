@@ -36,8 +36,26 @@ fi
 
 case "$action" in
   validate) extras=${GPULAB_EXTRAS:-torch} ;;
-  test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,vm,dev} ;;
+  test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,vm,ansible,dev} ;;
 esac
+
+# The tests' system packages (tests/system-packages.txt): libvirt, QEMU, debootstrap, and what builds libvirt-python.
+if [ "$action" = test ]; then
+  packages=$(grep -v '^#' tests/system-packages.txt | xargs)
+  # shellcheck disable=SC2086
+  absent=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $packages 2>/dev/null | awk '$1 != "ii" {print $2}' | xargs)
+  for p in $packages; do dpkg-query -W "$p" >/dev/null 2>&1 || absent="$absent $p"; done
+  absent=$(echo $absent | tr ' ' '\n' | sort -u | xargs)
+  if [ -n "$absent" ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+      echo "bootstrap: installing the tests' system packages: $absent"
+      # shellcheck disable=SC2086
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $absent >/dev/null
+    else
+      echo "bootstrap: the tests that need $absent will skip; install them with: sudo apt-get install $absent" >&2
+    fi
+  fi
+fi
 
 # The stamp records what built the environment: a hash of the pins and the extras installed.
 pins=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)

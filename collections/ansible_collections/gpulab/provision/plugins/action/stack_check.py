@@ -1,0 +1,55 @@
+"""Controller side of the pre-flight: resolve and check the requested stack; refuse with every reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpulab.provision.plugins.plugin_utils.stack import Request, resolve, summary
+
+ARGUMENT_SPEC: dict[str, Any] = {
+    "gpus": {"type": "list", "elements": "dict", "required": True},
+    "nvswitches": {"type": "list", "elements": "str", "default": []},
+    "profile": {"type": "str", "default": "auto"},
+    "stack": {"type": "dict", "default": {}},
+    "host_python": {"type": "str"},
+    "distribution": {"type": "str"},
+    "distribution_version": {"type": "str"},
+    "secure_boot": {"type": "str", "default": "unsupported", "choices": ["enabled", "disabled", "unsupported"]},
+    "secure_boot_signing": {"type": "bool", "default": False},
+}
+
+
+class ActionModule(ActionBase):
+    """Runs on the controller only: the matrix lives there, the host needs nothing installed."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
+        if validation.error_messages:
+            raise AnsibleActionFail("; ".join(validation.error_messages))
+        args = validation.validated_parameters
+        try:
+            target, problems = resolve(Request(**args))
+        except ImportError as err:
+            raise AnsibleActionFail(
+                f"cannot import gpulab on the controller ({err}): run ansible-playbook from gpulab's virtual "
+                "environment (./bootstrap.sh sets it up) or from a checkout of gpulab."
+            ) from err
+        result["changed"] = False
+        if problems:
+            result["failed"] = True
+            result["msg"] = (
+                f"pre-flight refused this host's stack ({len(problems)} problem(s)); nothing was changed:\n"
+                + "\n".join(f"- {p}" for p in problems)
+            )
+            return result
+        target["summary"] = summary(target)
+        result["ansible_facts"] = {"gpulab_target_stack": target}
+        result["msg"] = target["summary"]
+        return result

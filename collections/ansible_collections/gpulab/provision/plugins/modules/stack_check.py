@@ -1,0 +1,80 @@
+#!/usr/bin/python
+"""Documentation of the stack_check action, which runs on the controller (plugins/action/stack_check.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: stack_check
+short_description: Resolve a host's driver/CUDA/cuDNN/framework stack from gpulab's matrix and refuse incoherent ones
+description:
+  - Runs on the controller. Starts from a profile of src/gpulab/compat/matrix.yml (or the newest stack for the
+    host's GPU with C(auto)), applies the inventory's overrides, and checks the result for every GPU model on the
+    host with gpulab.compat.check_stack, plus the kernel-module flavour, Secure Boot and the OS release.
+  - Fails listing every problem with its fix; on success sets the fact C(gpulab_target_stack) the roles read.
+version_added: "0.1.0"
+author: gpulab
+options:
+  gpus:
+    description: The host's GPUs, as C(gpulab_gpus) from M(gpulab.provision.gpu_facts).
+    type: list
+    elements: dict
+    required: true
+  nvswitches:
+    description: NVSwitch PCI addresses (C(gpulab_nvswitches)).
+    type: list
+    elements: str
+    default: []
+  profile:
+    description: C(auto), C(none) or a profile name from the matrix (C(modern), C(legacy-2018)).
+    type: str
+    default: auto
+  stack:
+    description:
+      - Overrides of the profile, keys C(driver), C(cuda) (string C(9.0,10.0) or list), C(cudnn), C(torch),
+        C(tensorflow), C(python), C(kernel_modules) (C(auto), C(open), C(proprietary)).
+    type: dict
+    default: {}
+  host_python:
+    description: The host's Python major.minor, used unless I(stack.python) is set.
+    type: str
+  distribution:
+    description: The host's distribution (C(Debian), C(Ubuntu)).
+    type: str
+  distribution_version:
+    description: Its release (C(12), C(24.04)).
+    type: str
+  secure_boot:
+    description: C(gpulab_secure_boot) from M(gpulab.provision.gpu_facts).
+    type: str
+    choices: [enabled, disabled, unsupported]
+    default: unsupported
+  secure_boot_signing:
+    description: DKMS signs modules with a Machine Owner Key enrolled on the host, so Secure Boot may stay on.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the requested stack
+  gpulab.provision.stack_check:
+    gpus: "{{ gpulab_gpus }}"
+    profile: legacy-2018
+    stack: {python: "3.6"}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(gpulab_target_stack) with driver, driver_branch, kernel_modules, cuda (list), cuda_default,
+    cudnn, cudnn_by_cuda, torch, torch_index_url, tensorflow, python, gpus, has_gpu, nvswitch, os, profile.
+  returned: success
+  type: dict
+msg:
+  description: The decision in one line, or every reason the stack cannot work, each with its fix.
+  returned: always
+  type: str
+"""

@@ -1,0 +1,134 @@
+"""The NVIDIA-repository source of nvidia_driver, cuda_toolkit and cudnn, run for real against a local mirror.
+
+The mirror (tests/provision/apt_mirror.py) is signed with a key made for this run and ships it in a cuda-keyring
+package, as NVIDIA does; its packages carry NVIDIA's names (cuda-drivers-535, cuda-toolkit-11-8,
+libcudnn9-cuda-11) and real contents re-packaged from Debian's archive and NVIDIA's cuDNN wheel. First a keyring
+holding an unexpected key is refused before it is installed; then the real run, and a second that changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from playbook import ansible_playbook
+from provision.apt_mirror import (
+    Mirror,
+    build_mirror,
+    control_of,
+    cudnn_from_wheel,
+    downloaded_debs,
+    renamed,
+    toolkit_from_debian,
+)
+from provision.files import cached_pypi_file, pinned_wheel, serve
+from provision.inventory import chroot_inventory, require_ansible
+
+P100 = "10de:15f8"
+
+# Heavy steps that have their own test (test_roles_chroot.py): the repackaged driver carries no kernel module.
+NO_MODULE_BUILD = {
+    "nvidia_driver_build_modules": False,
+    "nvidia_driver_kernel_headers": False,
+    "nvidia_driver_initramfs": False,
+    "nvidia_driver_persistenced": False,
+}
+
+
+def chroot(root: Path, *cmd: str) -> str:
+    return subprocess.run(["chroot", str(root), *cmd], capture_output=True, text=True, check=True).stdout
+
+
+def driver_version(mirror: Mirror) -> str:
+    """The driver the mirror's cuda-drivers-535 carries (Debian's current nvidia-smi, whatever point release)."""
+    deb = next(mirror.repo.glob("cuda-drivers-535_*.deb"))
+    return control_of(deb)["Version"].split("-")[0]
+
+
+@pytest.fixture
+def mirror(debian_root, tmp_path):
+    sources = downloaded_debs(debian_root, ["nvidia-smi", "nvidia-cuda-toolkit"])
+    debian_version = control_of(sources["nvidia-smi"])["Version"]
+    wheel = pinned_wheel("9.10-cu11")
+    wheel_file = cached_pypi_file(wheel["path"], wheel["sha256"])
+    work, out = tmp_path / "work", tmp_path / "debs"
+    work.mkdir()
+    out.mkdir()
+    debs = [
+        # NVIDIA versions its packages <driver>-1; the dependencies stay Debian's, at Debian's version.
+        renamed(sources["nvidia-smi"], work, out, "cuda-drivers-535", debian_version.split("-")[0] + "-1"),
+        toolkit_from_debian(sources["nvidia-cuda-toolkit"], work, out, "11.8", "11.8.89-1"),
+        *cudnn_from_wheel(wheel_file, work, out, "11", wheel["version"]),
+    ]
+    return build_mirror(tmp_path / "mirror", debs)
+
+
+def host_vars(root: Path, url: str, mirror: Mirror, fingerprint: str | None = None) -> dict:
+    return {
+        "root": root,
+        "gpulab_preflight_gpu_pci_ids": [P100],
+        "gpulab_profile": "none",
+        "gpulab_stack": {"driver": driver_version(mirror), "cuda": "11.8", "cudnn": "9.10"},
+        "nvidia_driver_source": "cuda_repo",
+        "cuda_toolkit_source": "cuda_repo",
+        "cudnn_source": "cuda_repo",
+        "nvidia_cuda_repo_base_url": url,
+        "nvidia_cuda_repo_key_fingerprints": [fingerprint or mirror.fingerprint],
+        **NO_MODULE_BUILD,
+    }
+
+
+@pytest.mark.slow
+def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, mirror, tmp_path):
+    require_ansible()
+    root = debian_root
+    driver = driver_version(mirror)
+    with serve(mirror.served) as url:
+        # A keyring holding another key than the one expected is refused before it is installed.
+        wrong = host_vars(root, url, mirror, "EB693B3035CD5710E231E123A4B469963BF863CC")  # NVIDIA's, not the mirror's
+        refused = ansible_playbook("playbooks/gpu_nodes.yml", chroot_inventory(tmp_path / "refused", {"image": wrong}))
+        assert refused.rc == 2, refused.explain()
+        said = " ".join(refused.output.split())
+        assert f"holds keys ['{mirror.fingerprint}'], expected ['EB693B3035CD5710E231E123A4B469963BF863CC']" in said
+        assert "the download is not NVIDIA's keyring" in said
+        assert not (root / "usr/share/keyrings/cuda-archive-keyring.gpg").exists()
+        assert "cuda-keyring" not in chroot(root, "dpkg-query", "-W", "-f=${Package}\n")
+
+        inventory = chroot_inventory(tmp_path / "inventory", {"image": host_vars(root, url, mirror)})
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+    print(first.recap_text())
+    print(second.recap_text())
+    assert first.rc == 0, first.explain()
+    assert second.rc == 0, second.explain()
+    assert second.recap()["image"]["changed"] == 0, second.changed_tasks()
+
+    # The keyring package is installed, and its sources file now names the mirror instead of NVIDIA.
+    assert "ii  cuda-keyring" in chroot(root, "dpkg", "-l", "cuda-keyring")
+    sources = (root / "etc/apt/sources.list.d/cuda-debian12-x86_64.list").read_text()
+    assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/debian12/x86_64/ /" in sources
+    assert "developer.download.nvidia.com" not in sources
+    # Every package came from the mirror at the requested version, and is held.
+    wanted = {
+        "cuda-drivers-535": f"{driver}-1",
+        "cuda-toolkit-11-8": "11.8.89-1",
+        "libcudnn9-cuda-11": "9.10.2.21-1",
+        "libcudnn9-dev-cuda-11": "9.10.2.21-1",
+    }
+    status = chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\n", *wanted)
+    assert sorted(status.splitlines()) == sorted(f"{p} {v} hold ok installed" for p, v in wanted.items())
+    policy = chroot(root, "apt-cache", "policy", "cuda-toolkit-11-8")
+    assert f"{url}/debian12/x86_64  Packages" in policy
+    # The driver's dependencies come from Debian at the same driver version, which the pin keeps.
+    assert chroot(root, "dpkg-query", "-W", "-f=${Version}", "libnvidia-ml1").startswith(f"{driver}-")
+    assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
+    # CUDA 11.8 at NVIDIA's path is the default toolkit; cuDNN from the repository's packages.
+    assert "release 11.8," in chroot(root, "/usr/local/cuda/bin/nvcc", "--version")
+    assert chroot(root, "readlink", "-f", "/usr/local/cuda").strip() == "/usr/local/cuda-11.8"
+    assert re.search(
+        r"libcudnn\.so\.9 \(libc6,x86-64\) => (/usr)?/lib/x86_64-linux-gnu/libcudnn\.so\.9",
+        chroot(root, "ldconfig", "-p"),
+    )
