@@ -27,6 +27,9 @@ from provision.apt_mirror import (
 from provision.files import cached_pypi_file, pinned_wheel, serve
 from provision.inventory import chroot_inventory, require_ansible
 
+# The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
+GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
+
 P100 = "10de:15f8"
 
 # Heavy steps that have their own test (test_roles_chroot.py): the repackaged driver carries no kernel module.
@@ -89,7 +92,9 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     with serve(mirror.served) as url:
         # A keyring holding another key than the one expected is refused before it is installed.
         wrong = host_vars(root, url, mirror, "EB693B3035CD5710E231E123A4B469963BF863CC")  # NVIDIA's, not the mirror's
-        refused = ansible_playbook("playbooks/gpu_nodes.yml", chroot_inventory(tmp_path / "refused", {"image": wrong}))
+        refused = ansible_playbook(
+            "playbooks/gpu_nodes.yml", chroot_inventory(tmp_path / "refused", {"image": wrong}), *GPU_STACK_ONLY
+        )
         assert refused.rc == 2, refused.explain()
         said = " ".join(refused.output.split())
         assert f"holds keys ['{mirror.fingerprint}'], expected ['EB693B3035CD5710E231E123A4B469963BF863CC']" in said
@@ -98,8 +103,8 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         assert "cuda-keyring" not in chroot(root, "dpkg-query", "-W", "-f=${Package}\n")
 
         inventory = chroot_inventory(tmp_path / "inventory", {"image": host_vars(root, url, mirror)})
-        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
-        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
     print(first.recap_text())
     print(second.recap_text())
     assert first.rc == 0, first.explain()
@@ -125,6 +130,7 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     # The driver's dependencies come from Debian at the same driver version, which the pin keeps.
     assert chroot(root, "dpkg-query", "-W", "-f=${Version}", "libnvidia-ml1").startswith(f"{driver}-")
     assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
+    assert f"*** {driver}-1 1001" in chroot(root, "apt-cache", "policy", "cuda-drivers-535")
     # CUDA 11.8 at NVIDIA's path is the default toolkit; cuDNN from the repository's packages.
     assert "release 11.8," in chroot(root, "/usr/local/cuda/bin/nvcc", "--version")
     assert chroot(root, "readlink", "-f", "/usr/local/cuda").strip() == "/usr/local/cuda-11.8"

@@ -21,6 +21,9 @@ from provision.inventory import chroot_inventory, require_ansible
 sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.gpulab.provision.plugins.plugin_utils.stack import Request, resolve, summary
 
+# The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
+GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
+
 CAPTURE = REPO / "tests" / "fixtures" / "h200x4-firecracker" / "sysfs-nvidia-pci.txt"
 P100, V100, H200, B200 = "10de:15f8", "10de:1db5", "10de:2335", "10de:2901"
 
@@ -284,7 +287,7 @@ def test_incoherent_requests_are_refused_before_any_change(debian_root, tmp_path
     inventory = chroot_inventory(tmp_path / "inventory", hosts)
     before = tree_state(debian_root)
 
-    run = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+    run = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
 
     assert run.rc == 2, run.explain()
     recap = run.recap()

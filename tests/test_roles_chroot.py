@@ -20,6 +20,9 @@ from provision.apt_mirror import candidate_version
 from provision.files import cache_root, cached_pypi_file, pinned_wheel, serve
 from provision.inventory import chroot_inventory, require_ansible
 
+# The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
+GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
+
 P100 = "10de:15f8"
 
 
@@ -57,10 +60,10 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         }
         inventory = chroot_inventory(tmp_path / "inventory", {"image": host})
         started = time.monotonic()
-        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         first_s = time.monotonic() - started
         started = time.monotonic()
-        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory)
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         second_s = time.monotonic() - started
     print(f"\nfirst run {first_s:.0f} s, second run {second_s:.0f} s")
     print(first.recap_text())
@@ -83,6 +86,14 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         f"{p} {package_version} hold ok installed" for p in ("nvidia-driver", "nvidia-kernel-dkms")
     ]
     assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
+    policy = subprocess.run(
+        ["chroot", str(root), "apt-cache", "policy", "nvidia-driver", "libcuda1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "W:" not in policy.stderr, policy.stderr  # apt understood the pin
+    assert policy.stdout.count(f"*** {package_version} 1001") == 2, policy.stdout
     dkms = chroot(root, "dkms", "status")
     assert kernels(root), "the root has no kernel under /boot"
     for kernel in kernels(root):

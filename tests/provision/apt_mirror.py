@@ -198,6 +198,14 @@ def build_mirror(dest: Path, debs: list[Path], distro: str = "debian12", arch: s
     with a new key (its fingerprint in the result)."""
     home = dest / "gnupg"
     home.mkdir(mode=0o700, parents=True)
+    try:
+        return _signed_mirror(dest, home, debs, distro, arch)
+    finally:
+        # gpg started an agent for this home directory; it would outlive the test.
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
+
+
+def _signed_mirror(dest: Path, home: Path, debs: list[Path], distro: str, arch: str) -> Mirror:
     _gpg(home, "--quick-gen-key", "gpulab test mirror <mirror@gpulab.invalid>", "rsa3072", "sign", "1d")
     colons = _gpg(home, "--with-colons", "--list-keys")
     fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
