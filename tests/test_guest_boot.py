@@ -85,3 +85,16 @@ def test_start_with_a_hostdev_and_no_iommu_fails_with_the_fix(libvirt_system: An
     finally:
         boot.remove_guest(libvirt_system, name)
     assert name not in {d.name() for d in libvirt_system.listAllDomains()}
+
+
+def test_daemon_check_sees_through_a_socket_left_by_a_dead_daemon(tmp_path: Path) -> None:
+    import socket
+
+    from guest import libvirtd
+
+    path = tmp_path / "virtlogd-sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+        assert libvirtd.accepts(path)
+    assert path.exists() and not libvirtd.accepts(path)

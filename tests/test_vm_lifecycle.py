@@ -151,6 +151,11 @@ def test_libvirts_no_passthrough_error_becomes_the_iommu_fix():
     assert "no working IOMMU/VFIO" in str(err) and "intel_iommu=on" in str(err) and "vfio_host role" in str(err)
     other = _start_error("vm1", libvirt.libvirtError("some other failure"))
     assert str(other) == "cannot start VM vm1: some other failure"
+    # libvirt's words when virtlogd is down but its socket file is left behind
+    no_log = _start_error(
+        "vm1", libvirt.libvirtError("Failed to connect socket to '/run/libvirt/virtlogd-sock': Connection refused")
+    )
+    assert "virtlogd is not running" in str(no_log) and "virtlogd -d" in str(no_log)
 
 
 def test_ssh_banner_reads_a_real_server_and_rejects_others():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grp
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,28 +39,47 @@ def _prepare_kvm_device() -> None:
         kvm.chmod(0o660)
 
 
+def accepts(path: Path) -> bool:
+    """True when a daemon listens on the UNIX socket `path` (a socket file alone may be left by one that died)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def _wait_for(path: Path, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if path.exists():
+        if accepts(path):
             return True
         time.sleep(0.2)
     return False
 
 
+def _start(daemon: str, sock: Path, seconds: float) -> None:
+    # Sockets survive their daemon where /run outlives the processes (a container restarted, a session ended);
+    # a stale one would make the new daemon refuse to bind.
+    for stale in sock.parent.glob(f"{sock.name.removesuffix('-sock')}*sock*"):
+        stale.unlink(missing_ok=True)
+    run([shutil.which(daemon) or f"/usr/sbin/{daemon}", "-d"])
+    if not _wait_for(sock, seconds):
+        raise RuntimeError(f"{daemon} started but nothing listens on {sock}; see /var/log/libvirt/{daemon}.log")
+
+
 def ensure_running() -> None:
-    """Start virtlogd and libvirtd unless the daemon already answers; idempotent and safe across sessions."""
-    if SOCKET.exists() and responds():
+    """Start virtlogd and libvirtd unless they already listen; idempotent and safe across sessions.
+
+    QEMU guests log through virtlogd, so libvirtd answering is not enough: each daemon is checked on its own."""
+    if accepts(VIRTLOGD_SOCKET) and accepts(SOCKET) and responds():
         return
     with file_lock(guest_cache() / "libvirtd.lock"):
-        if SOCKET.exists() and responds():
-            return
         _prepare_kvm_device()
-        if not VIRTLOGD_SOCKET.exists():
-            run([shutil.which("virtlogd") or "/usr/sbin/virtlogd", "-d"])
-            _wait_for(VIRTLOGD_SOCKET, 30)
-        # A socket left by a daemon that died would make the new one refuse to start.
-        SOCKET.unlink(missing_ok=True)
-        run([shutil.which("libvirtd") or "/usr/sbin/libvirtd", "-d"])
-        if not _wait_for(SOCKET, 60) or not responds():
-            raise RuntimeError(f"libvirtd started but {URI} does not answer; see /var/log/libvirt/libvirtd.log")
+        if not accepts(VIRTLOGD_SOCKET):
+            _start("virtlogd", VIRTLOGD_SOCKET, 30)
+        if not (accepts(SOCKET) and responds()):
+            _start("libvirtd", SOCKET, 60)
+            if not responds():
+                raise RuntimeError(f"libvirtd started but {URI} does not answer; see /var/log/libvirt/libvirtd.log")

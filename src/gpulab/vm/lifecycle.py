@@ -133,6 +133,11 @@ def _start_error(name: str, err: Exception) -> GpulabError:
             f"cannot start VM {name}: an IOMMU group is not viable (libvirt: {message}). Every device in the IOMMU "
             "group of a passed-through GPU must go to the VM or be a bridge; `gpulab vm plan` lists the groups."
         )
+    if "virtlogd-sock" in message:
+        return GpulabError(
+            f"cannot start VM {name}: libvirt's log daemon virtlogd is not running (libvirt: {message}). Start it "
+            "(`systemctl start virtlogd.socket`, or `virtlogd -d` where systemd does not run) and start the VM again."
+        )
     return GpulabError(f"cannot start VM {name}: {message}")
 
 
