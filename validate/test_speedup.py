@@ -6,29 +6,16 @@ import pytest
 
 from gpulab.launch import run_cpu, run_gpu
 from gpulab.validation import verdicts
-from gpulab.validation.expectations import SPEEDUP_WORKLOADS, TIER_SIZE, cpu_config
-from gpulab.workloads.base import RunConfig
+from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedup_config
 
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
 
 
-@pytest.fixture(scope="module")
-def size(lab):
-    if lab.options.tier not in TIER_SIZE:
-        pytest.skip("workloads run in --tier standard and full")
-    return TIER_SIZE[lab.options.tier]
-
-
-def config(workload, size):
-    precision = "tf32" if workload == "style_transfer" else "bf16"
-    return RunConfig(workload, precision=precision, channels_last=workload != "mnist", size=size)
-
-
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
-def test_cpu(lab, verdict, workload, threads, size):
+def test_cpu(lab, verdict, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    result = run_cpu(cpu_config(config(workload, size)), threads=n)
+    result = run_cpu(cpu_config(speedup_config(workload, workload_size)), threads=n)
     lab.record_result(result)
     verdict(verdicts.cpu_row(result))
 
@@ -36,7 +23,7 @@ def test_cpu(lab, verdict, workload, threads, size):
 @pytest.mark.gpu
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
-def test_gpu_over_cpu(lab, verdict, workload, size):
-    result = run_gpu(config(workload, size), 0)
+def test_gpu_over_cpu(lab, verdict, workload, workload_size):
+    result = run_gpu(speedup_config(workload, workload_size), 0)
     lab.record_result(result)
     verdict(verdicts.gpu_over_cpu(lab, result))

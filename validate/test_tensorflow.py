@@ -8,24 +8,11 @@ import pytest
 from gpulab import health
 from gpulab.report.model import Check
 from gpulab.validation import verdicts
-from gpulab.validation.expectations import SPEEDUP_WORKLOADS, TIER_SIZE, cpu_config, mirrored_floor
-from gpulab.workloads.base import RunConfig
+from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirrored_floor, speedup_config
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: install gpulab[tf] to run the TensorFlow rows")
 
 from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu, run_tf_gpu
-
-
-@pytest.fixture(scope="module")
-def size(lab):
-    if lab.options.tier not in TIER_SIZE:
-        pytest.skip("workloads run in --tier standard and full")
-    return TIER_SIZE[lab.options.tier]
-
-
-def config(workload, size):
-    precision = "tf32" if workload == "style_transfer" else "bf16"
-    return RunConfig(workload, precision=precision, size=size)
 
 
 @pytest.mark.gpu
@@ -36,9 +23,9 @@ def test_tensorflow_sees_gpus(lab, verdict):
 
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
-def test_tf_cpu(lab, verdict, workload, threads, size):
+def test_tf_cpu(lab, verdict, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    result = run_tf_cpu(cpu_config(config(workload, size)), n)
+    result = run_tf_cpu(cpu_config(speedup_config(workload, workload_size, "tensorflow")), n)
     lab.record_result(result)
     verdict(verdicts.cpu_row(result))
 
@@ -46,8 +33,8 @@ def test_tf_cpu(lab, verdict, workload, threads, size):
 @pytest.mark.gpu
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
-def test_tf_gpu_over_cpu(lab, verdict, workload, size):
-    result = run_tf_gpu(config(workload, size), 0)
+def test_tf_gpu_over_cpu(lab, verdict, workload, workload_size):
+    result = run_tf_gpu(speedup_config(workload, workload_size, "tensorflow"), 0)
     lab.record_result(result)
     verdict(verdicts.gpu_over_cpu(lab, result))
 
@@ -55,9 +42,9 @@ def test_tf_gpu_over_cpu(lab, verdict, workload, size):
 @pytest.mark.multi_gpu
 @pytest.mark.live
 @pytest.mark.parametrize("workload", ("resnet50", "cifar10"))
-def test_tf_mirrored_scaling(lab, verdict, workload, size):
+def test_tf_mirrored_scaling(lab, verdict, workload, workload_size):
     n = len(lab.gpus)
-    result = run_mirrored(config(workload, size), n)
+    result = run_mirrored(speedup_config(workload, workload_size, "tensorflow"), n)
     lab.record_result(result)
     one = next(
         (

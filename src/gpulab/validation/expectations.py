@@ -84,6 +84,17 @@ def mirrored_floor(nvlink: bool) -> Threshold:
     )
 
 
+def speedup_config(workload: str, size: str, framework: str = "torch") -> RunConfig:
+    """How a workload runs on one GPU for the speedup rows: bf16 autocast, channels_last where convolutions gain.
+
+    Style transfer runs TF32: its Gram matrices and losses stay fp32, so bf16 autocast only adds casts there.
+    MNIST's 28x28 single-channel input gains nothing from channels_last; TensorFlow is channels_last throughout.
+    """
+    precision = "tf32" if workload == "style_transfer" else "bf16"
+    channels_last = framework == "torch" and workload != "mnist"
+    return RunConfig(workload, precision=precision, channels_last=channels_last, size=size)
+
+
 def cpu_config(cfg: RunConfig) -> RunConfig:
     """The same workload made short for CPU rows: a small batch, a couple of steps, and fp32.
 

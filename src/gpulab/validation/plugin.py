@@ -21,6 +21,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
 from gpulab.report.model import Check, Status
+from gpulab.validation.expectations import TIER_SIZE
 from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda
 
 LAB_KEY = pytest.StashKey[Lab]()
@@ -119,6 +120,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def lab(request: pytest.FixtureRequest) -> Lab:
     return _lab(request.config)
+
+
+@pytest.fixture(scope="session")
+def workload_size(lab: Lab) -> str:
+    """The workloads' size for this tier; the quick tier runs no training workloads."""
+    if lab.options.tier not in TIER_SIZE:
+        pytest.skip("workloads run in --tier standard and full")
+    return TIER_SIZE[lab.options.tier]
 
 
 @pytest.fixture

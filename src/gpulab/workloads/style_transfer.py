@@ -269,91 +269,146 @@ def style_settings(cfg: RunConfig) -> StyleSettings:
     )  # fmt: skip
 
 
-class StyleTransferSession:
+@dataclass(frozen=True)
+class StyleImages:
+    """The content image at its run size and the style images at their scales (H×W×3 float arrays, RGB 0..255)."""
+
+    content: Any
+    content_desc: str
+    real_content: bool
+    height: int
+    width: int
+    styles: list[Any]
+    style_descs: list[str]
+
+
+def load_images(st: StyleSettings) -> StyleImages:
+    """Read (or generate) and resize the images the same way for every framework."""
+    width, height = st.width, st.height
+    content_path = st.params.existing_file("content")
+    if content_path is not None:
+        content_np, content_desc = _load_image(content_path), str(content_path)
+        h0, w0 = content_np.shape[:2]
+        height = height or max(32, round(width * h0 / w0))
+    else:
+        content_np, content_desc = default_image("content")
+        if height is None:
+            content_np = _crop_to_aspect(content_np, *REFERENCE_ASPECT)
+            height = round(width * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1])
+    styles: list[tuple[Any, str]] = []
+    for path in st.style_paths:
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
+        styles.append((_load_image(path), str(path)))
+    if not styles:
+        styles.append(default_image("style"))
+    style_arrays = []
+    for (array, _), scale in zip(styles, st.scales, strict=True):
+        h0, w0 = array.shape[:2]
+        style_w, style_h = scale * width, scale * width * h0 / w0
+        grow = max(1.0, 32 / min(style_w, style_h))  # VGG's four poolings need at least 32 pixels a side
+        style_h, style_w = round(style_h * grow), round(style_w * grow)
+        style_arrays.append(_resize(array, style_h, style_w))
+    return StyleImages(
+        content=_resize(content_np, height, width),
+        content_desc=content_desc,
+        real_content=content_path is not None,
+        height=height,
+        width=width,
+        styles=style_arrays,
+        style_descs=[desc for _, desc in styles],
+    )
+
+
+def tap_weights(
+    st: StyleSettings, content_layers: dict[str, Any], style_layers: dict[str, Any]
+) -> tuple[dict[Any, float], dict[Any, float]]:
+    """Loss weight per tapped layer (keyed as the framework names its layers); zero-weight taps left out."""
+    content_taps = {content_layers["relu4_2"]: st.blend, content_layers["relu5_2"]: 1.0 - st.blend}
+    content_taps = {k: st.content_weight * w for k, w in content_taps.items() if st.content_weight * w > 0}
+    raw = [st.layer_exp**i for i in range(len(style_layers))]
+    style_taps = {k: st.style_weight * w / sum(raw) for k, w in zip(style_layers.values(), raw, strict=True)}
+    return content_taps, {k: w for k, w in style_taps.items() if w > 0}
+
+
+def run_facts(cfg: RunConfig, st: StyleSettings, images: StyleImages, weights: str) -> dict[str, Any]:
+    """What a result records about a style-transfer run, whatever the framework."""
+    return {
+        "size": cfg.size,
+        "iterations": st.steps,
+        "image_hw": [images.height, images.width],
+        "style_hw": [list(a.shape[:2]) for a in images.styles],
+        "data": "real:" + images.content_desc if images.real_content else images.content_desc,
+        "content": images.content_desc,
+        "style": images.style_descs,
+        "weights": weights,
+        "pooling": st.pooling,
+        "initial": st.initial,
+        "learning_rate": st.lr,
+        "content_weight": st.content_weight,
+        "content_weight_blend": st.blend,
+        "style_weight": st.style_weight,
+        "tv_weight": st.tv_weight,
+        "style_layer_weight_exp": st.layer_exp,
+        "style_scales": st.scales,
+    }
+
+
+class StyleSessionBase:
+    """What every framework's style-transfer session does the same way once its loop has run."""
+
     model: Any = None
     samples_per_step = 1
+    _numerics: Any
+    _output: Path | None
+    _steps_run: int
+    _last_loss: Any
+    _finished: bool
 
+    def image(self) -> Any:
+        raise NotImplementedError
+
+    def finish(self) -> dict[str, Any]:
+        from PIL import Image
+
+        facts: dict[str, Any] = {"steps_run": self._steps_run}
+        if self._last_loss is not None:
+            facts["final_loss"] = float(self._last_loss)
+        if self._output is not None:
+            self._output.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(self.image()).save(self._output)
+            facts["output"] = str(self._output)
+        if not self._finished:
+            self._finished = True
+            self._numerics.close()
+        return facts
+
+
+class StyleTransferSession(StyleSessionBase):
     def __init__(self, cfg: RunConfig, device: str) -> None:
         st = style_settings(cfg)
-        p, self.steps, self._output = st.params, st.steps, st.output
-        width, height, pooling, initial = st.width, st.height, st.pooling, st.initial
-        content_weight, blend, style_weight, tv_weight = st.content_weight, st.blend, st.style_weight, st.tv_weight
-        layer_exp, lr, betas, eps = st.layer_exp, st.lr, st.betas, st.eps
-        style_paths, scales, weights_path = st.style_paths, st.scales, st.weights_path
-
+        self.steps, self._output = st.steps, st.output
         seed_everything(cfg.seed)
         self._numerics = numerics = Numerics(cfg.precision, device)
         self._finished = False
         try:
-            self._build(
-                cfg, device, p, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight,
-                layer_exp, lr, betas, eps, style_paths, scales, weights_path,
-            )  # fmt: skip
+            self._build(cfg, device, st)
         except BaseException:
             numerics.close()
             raise
 
-    def _build(
-        self,
-        cfg: RunConfig,
-        device: str,
-        p: Params,
-        width: int,
-        height: int | None,
-        pooling: str,
-        initial: str,
-        content_weight: float,
-        blend: float,
-        style_weight: float,
-        tv_weight: float,
-        layer_exp: float,
-        lr: float,
-        betas: tuple[float, float],
-        eps: float,
-        style_paths: list[Any],
-        scales: list[float],
-        weights_path: Path | None,
-    ) -> None:
+    def _build(self, cfg: RunConfig, device: str, st: StyleSettings) -> None:
         import torch
 
-        # images
-        content_path = p.existing_file("content")
-        if content_path is not None:
-            content_np, content_desc = _load_image(content_path), str(content_path)
-            h0, w0 = content_np.shape[:2]
-            height = height or max(32, round(width * h0 / w0))
-        else:
-            content_np, content_desc = default_image("content")
-            if height is None:
-                content_np = _crop_to_aspect(content_np, *REFERENCE_ASPECT)
-                height = round(width * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1])
-        content_np = _resize(content_np, height, width)
-        styles: list[tuple[Any, str]] = []
-        for path in style_paths:
-            path = Path(path).expanduser()
-            if not path.is_file():
-                raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
-            styles.append((_load_image(path), str(path)))
-        if not styles:
-            styles.append(default_image("style"))
-        style_arrays = []
-        for (array, _), scale in zip(styles, scales, strict=True):
-            h0, w0 = array.shape[:2]
-            style_w, style_h = scale * width, scale * width * h0 / w0
-            grow = max(1.0, 32 / min(style_w, style_h))  # VGG's four poolings need at least 32 pixels a side
-            style_h, style_w = round(style_h * grow), round(style_w * grow)
-            style_arrays.append(_resize(array, style_h, style_w))
+        images = load_images(st)
 
         # layer weights, and how deep the network must go
-        content_taps = {CONTENT_LAYERS["relu4_2"]: blend, CONTENT_LAYERS["relu5_2"]: 1.0 - blend}
-        content_taps = {i: content_weight * w for i, w in content_taps.items() if content_weight * w > 0}
-        raw = [layer_exp**i for i in range(len(STYLE_LAYERS))]
-        style_taps = {i: style_weight * w / sum(raw) for i, w in zip(STYLE_LAYERS.values(), raw, strict=True)}
-        style_taps = {i: w for i, w in style_taps.items() if w > 0}
+        content_taps, style_taps = tap_weights(st, CONTENT_LAYERS, STYLE_LAYERS)
         layers = max([*content_taps, *style_taps]) + 1
 
-        features = vgg19_features(layers, pooling)
-        self._weights = _load_weights(features, weights_path) if weights_path is not None else "random"
+        features = vgg19_features(layers, st.pooling)
+        self._weights = _load_weights(features, st.weights_path) if st.weights_path is not None else "random"
         channels_last = cfg.channels_last
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
         features = features.to(device=device, memory_format=memory_format).eval()
@@ -367,14 +422,14 @@ class StyleTransferSession:
         self._memory_format = memory_format
 
         # targets, once, without gradients; style weights folded into the Gram scale (w·mse(a, b) = mse(√w·a, √w·b))
-        content = _to_tensor(content_np, device).contiguous(memory_format=memory_format)
+        content = _to_tensor(images.content, device).contiguous(memory_format=memory_format)
         with torch.no_grad():
             feats = self._run(content)
             self._content = [(i, w, feats[i].float()) for i, w in content_taps.items()]
-            blend_styles = 1.0 / len(style_arrays)
+            blend_styles = 1.0 / len(images.styles)
             self._style: list[tuple[int, float, Any]] = []
             style_feats = [
-                self._run(_to_tensor(a, device).contiguous(memory_format=memory_format)) for a in style_arrays
+                self._run(_to_tensor(a, device).contiguous(memory_format=memory_format)) for a in images.styles
             ]
             for i, w in style_taps.items():
                 _, c, h, wd = feats[i].shape
@@ -384,13 +439,13 @@ class StyleTransferSession:
                     for sf in style_feats
                 )
                 self._style.append((i, scale, target))
-        self._tv_weight = tv_weight
+        self._tv_weight = st.tv_weight
 
         generator = torch.Generator().manual_seed(cfg.seed)
-        start = content.clone() if initial == "content" else torch.rand(content.shape, generator=generator) * 255.0
+        start = content.clone() if st.initial == "content" else torch.rand(content.shape, generator=generator) * 255.0
         self._image = start.to(device).contiguous(memory_format=memory_format).requires_grad_(True)
         fused = torch.device(device).type == "cuda"
-        self._optimizer = torch.optim.Adam([self._image], lr=lr, betas=betas, eps=eps, fused=fused or None)
+        self._optimizer = torch.optim.Adam([self._image], lr=st.lr, betas=st.betas, eps=st.eps, fused=fused or None)
         self._last_loss: Any = None
         self._steps_run = 0
 
@@ -399,25 +454,9 @@ class StyleTransferSession:
             "device": device,
             **self._numerics.facts(),
             "channels_last": channels_last,
-            "size": cfg.size,
-            "iterations": self.steps,
-            "image_hw": [height, width],
-            "style_hw": [list(a.shape[:2]) for a in style_arrays],
-            "data": "real:" + content_desc if content_path is not None else content_desc,
-            "content": content_desc,
-            "style": [desc for _, desc in styles],
-            "weights": self._weights,
+            **run_facts(cfg, st, images, self._weights),
             "vgg_layers": layers,
-            "pooling": pooling,
-            "initial": initial,
             "optimizer": "Adam" + (" (fused)" if fused else ""),
-            "learning_rate": lr,
-            "content_weight": content_weight,
-            "content_weight_blend": blend,
-            "style_weight": style_weight,
-            "tv_weight": tv_weight,
-            "style_layer_weight_exp": layer_exp,
-            "style_scales": scales,
         }
 
     def _run(self, x: Any) -> dict[int, Any]:
@@ -461,21 +500,6 @@ class StyleTransferSession:
         with torch.no_grad():
             pixels = self._image.detach()[0].clamp(0, 255).round().to(torch.uint8)
         return pixels.permute(1, 2, 0).contiguous().cpu().numpy()
-
-    def finish(self) -> dict[str, Any]:
-        from PIL import Image
-
-        facts: dict[str, Any] = {"steps_run": self._steps_run}
-        if self._last_loss is not None:
-            facts["final_loss"] = float(self._last_loss)
-        if self._output is not None:
-            self._output.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(self.image()).save(self._output)
-            facts["output"] = str(self._output)
-        if not self._finished:
-            self._finished = True
-            self._numerics.close()
-        return facts
 
 
 def build(cfg: RunConfig, device: str) -> StyleTransferSession:

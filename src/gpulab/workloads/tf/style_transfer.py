@@ -70,10 +70,7 @@ def _gram(features: Any, scale: float) -> Any:
     return tf.matmul(flat, flat, transpose_a=True) * scale
 
 
-class TFStyleTransferSession:
-    model: Any = None
-    samples_per_step = 1
-
+class TFStyleTransferSession(torch_st.StyleSessionBase):
     def __init__(self, cfg: RunConfig, strategy: Any) -> None:
         if int(strategy.num_replicas_in_sync) != 1:
             raise GpulabError(
@@ -81,13 +78,7 @@ class TFStyleTransferSession:
                 "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
             )
         st = torch_st.style_settings(cfg)
-        p, self.steps, self._output = st.params, st.steps, st.output
-        width, height, pooling, initial = st.width, st.height, st.pooling, st.initial
-        content_weight, blend, style_weight, tv_weight = st.content_weight, st.blend, st.style_weight, st.tv_weight
-        layer_exp, lr, betas, eps = st.layer_exp, st.lr, st.betas, st.eps
-        style_paths, scales, weights_path = st.style_paths, st.scales, st.weights_path
-        content_path = p.existing_file("content")
-
+        self.steps, self._output = st.steps, st.output
         seed_everything(cfg.seed)
         self._numerics = TFNumerics(cfg.precision)
         self._finished = False
@@ -95,74 +86,22 @@ class TFStyleTransferSession:
         self._last_loss: Any = None
         try:
             with strategy.scope():
-                self._build(
-                    cfg, strategy, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight,
-                    layer_exp, lr, betas, eps, style_paths, scales, weights_path, content_path,
-                )  # fmt: skip
+                self._build(cfg, strategy, st)
         except BaseException:
             self._numerics.close()
             raise
 
-    def _build(
-        self,
-        cfg: RunConfig,
-        strategy: Any,
-        width: int,
-        height: int | None,
-        pooling: str,
-        initial: str,
-        content_weight: float,
-        blend: float,
-        style_weight: float,
-        tv_weight: float,
-        layer_exp: float,
-        lr: float,
-        betas: tuple[float, float],
-        eps: float,
-        style_paths: list[Any],
-        scales: list[float],
-        weights_path: Path | None,
-        content_path: Path | None,
-    ) -> None:
+    def _build(self, cfg: RunConfig, strategy: Any, st: torch_st.StyleSettings) -> None:
         import keras
         import numpy as np
         import tensorflow as tf
 
-        # images, exactly as the PyTorch workload prepares them
-        if content_path is not None:
-            content_np, content_desc = torch_st._load_image(content_path), str(content_path)
-            h0, w0 = content_np.shape[:2]
-            height = height or max(32, round(width * h0 / w0))
-        else:
-            content_np, content_desc = torch_st.default_image("content")
-            if height is None:
-                content_np = torch_st._crop_to_aspect(content_np, *torch_st.REFERENCE_ASPECT)
-                height = round(width * torch_st.REFERENCE_ASPECT[0] / torch_st.REFERENCE_ASPECT[1])
-        content_np = torch_st._resize(content_np, height, width)
-        styles: list[tuple[Any, str]] = []
-        for path in style_paths:
-            path = Path(path).expanduser()
-            if not path.is_file():
-                raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
-            styles.append((torch_st._load_image(path), str(path)))
-        if not styles:
-            styles.append(torch_st.default_image("style"))
-        style_arrays = []
-        for (array, _), scale in zip(styles, scales, strict=True):
-            h0, w0 = array.shape[:2]
-            style_w, style_h = scale * width, scale * width * h0 / w0
-            grow = max(1.0, 32 / min(style_w, style_h))
-            style_h, style_w = round(style_h * grow), round(style_w * grow)
-            style_arrays.append(torch_st._resize(array, style_h, style_w))
+        images = torch_st.load_images(st)  # exactly as the PyTorch workload prepares them
 
         # layer weights and taps
-        content_taps = {CONTENT_LAYERS["relu4_2"]: blend, CONTENT_LAYERS["relu5_2"]: 1.0 - blend}
-        content_taps = {n: content_weight * w for n, w in content_taps.items() if content_weight * w > 0}
-        raw = [layer_exp**i for i in range(len(STYLE_LAYERS))]
-        style_taps = {n: style_weight * w / sum(raw) for n, w in zip(STYLE_LAYERS.values(), raw, strict=True)}
-        style_taps = {n: w for n, w in style_taps.items() if w > 0}
+        content_taps, style_taps = torch_st.tap_weights(st, CONTENT_LAYERS, STYLE_LAYERS)
         taps = list(dict.fromkeys([*content_taps, *style_taps]))
-        features, self._weights = vgg19_features(taps, pooling, weights_path)
+        features, self._weights = vgg19_features(taps, st.pooling, st.weights_path)
         self._features = features
         self._taps = taps
         mean = tf.constant(CAFFE_MEAN_BGR, tf.float32)
@@ -176,11 +115,11 @@ class TFStyleTransferSession:
         def to_tensor(array: Any) -> Any:
             return tf.constant(np.asarray(array, dtype=np.float32)[None])
 
-        content = to_tensor(content_np)
+        content = to_tensor(images.content)
         feats = run(content)
         content_terms = [(n, w, feats[n]) for n, w in content_taps.items()]
-        style_feats = [run(to_tensor(a)) for a in style_arrays]
-        blend_styles = 1.0 / len(style_arrays)
+        style_feats = [run(to_tensor(a)) for a in images.styles]
+        blend_styles = 1.0 / len(images.styles)
         style_terms: list[tuple[str, float, Any]] = []
         for n, w in style_taps.items():
             _, h, wd, c = feats[n].shape
@@ -194,9 +133,9 @@ class TFStyleTransferSession:
             style_terms.append((n, scale, target))
 
         rng = np.random.default_rng(cfg.seed)
-        start = np.array(content) if initial == "content" else rng.random(content.shape, dtype=np.float32) * 255.0
+        start = np.array(content) if st.initial == "content" else rng.random(content.shape, dtype=np.float32) * 255.0
         image = tf.Variable(start, dtype=tf.float32, name="image")
-        optimizer = keras.optimizers.Adam(learning_rate=lr, beta_1=betas[0], beta_2=betas[1], epsilon=eps)
+        optimizer = keras.optimizers.Adam(learning_rate=st.lr, beta_1=st.betas[0], beta_2=st.betas[1], epsilon=st.eps)
         optimizer.build([image])
         self._image = image
 
@@ -207,7 +146,7 @@ class TFStyleTransferSession:
         def train_step() -> Any:
             with tf.GradientTape() as tape:
                 f = run(image)
-                loss = tv_weight * (
+                loss = st.tv_weight * (
                     mse(image[:, 1:, :, :], image[:, :-1, :, :]) + mse(image[:, :, 1:, :], image[:, :, :-1, :])
                 )
                 for n, weight, target in content_terms:
@@ -226,26 +165,10 @@ class TFStyleTransferSession:
             **self._numerics.facts(),
             "data_format": "channels_last",
             "channels_last": cfg.channels_last,
-            "size": cfg.size,
-            "iterations": self.steps,
-            "image_hw": [height, width],
-            "style_hw": [list(a.shape[:2]) for a in style_arrays],
-            "data": "real:" + content_desc if content_path is not None else content_desc,
-            "content": content_desc,
-            "style": [desc for _, desc in styles],
-            "weights": self._weights,
+            **torch_st.run_facts(cfg, st, images, self._weights),
             "vgg_layers": len(features.layers) - 1,
-            "pooling": pooling,
-            "initial": initial,
             "optimizer": "Adam",
             "compiled": "tf.function",
-            "learning_rate": lr,
-            "content_weight": content_weight,
-            "content_weight_blend": blend,
-            "style_weight": style_weight,
-            "tv_weight": tv_weight,
-            "style_layer_weight_exp": layer_exp,
-            "style_scales": scales,
         }
 
     def wrap(self, wrapper: Any) -> None:
@@ -261,21 +184,6 @@ class TFStyleTransferSession:
         import numpy as np
 
         return np.clip(np.round(self._image.numpy()[0]), 0, 255).astype(np.uint8)
-
-    def finish(self) -> dict[str, Any]:
-        from PIL import Image
-
-        facts: dict[str, Any] = {"steps_run": self._steps_run}
-        if self._last_loss is not None:
-            facts["final_loss"] = float(self._last_loss)
-        if self._output is not None:
-            self._output.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(self.image()).save(self._output)
-            facts["output"] = str(self._output)
-        if not self._finished:
-            self._finished = True
-            self._numerics.close()
-        return facts
 
 
 def build(cfg: RunConfig, strategy: Any = None) -> TFStyleTransferSession:
