@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
 
 # size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
 SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
@@ -37,10 +37,6 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     def make_optimizer(params: Any) -> Any:
         return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999))
 
-    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
-        x = torch.randn(n, 3, side, side, device=device, generator=gen)
-        return x, torch.randint(0, 2, (n, CLASSES), device=device, generator=gen).float()
-
     def real(root: Path) -> tuple[Any, bool]:
         folder, paths, labels = read_labels_csv(root, "chexnet", CLASSES)
         return ImageFolderCSV(folder, paths, labels, side), False
@@ -55,8 +51,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         steps=steps,
         make_model=make_model,
         make_optimizer=make_optimizer,
-        loss_fn=torch.nn.BCEWithLogitsLoss(),
-        synthetic=synthetic,
+        task=Task((3, side, side), CLASSES, multilabel=True),
         synthetic_augment=augment(),
         real=real,
         real_augment=augment(MEAN, STD),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
 
 # size: (batch, steps); "full" is one epoch of the 50,000 training images
 SIZES = {"tiny": (8, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 390)}
@@ -49,10 +49,6 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     def make_optimizer(params: Any) -> Any:
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
-    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
-        x = torch.randn(n, 3, 32, 32, device=device, generator=gen)
-        return x, torch.randint(0, 10, (n,), device=device, generator=gen)
-
     def real(root: Path) -> tuple[Any, bool]:
         return InMemoryBatches(*read_cifar10(root)), True
 
@@ -68,8 +64,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         steps=steps,
         make_model=make_model,
         make_optimizer=make_optimizer,
-        loss_fn=torch.nn.CrossEntropyLoss(),
-        synthetic=synthetic,
+        task=Task((3, 32, 32), 10),
         synthetic_augment=augment(),
         real=real,
         real_augment=augment(MEAN, STD),

@@ -10,6 +10,7 @@ import contextlib
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,30 @@ def data_root(cfg: RunConfig) -> Path:
     return root
 
 
+@dataclass(frozen=True)
+class Task:
+    """What a classifier maps: inputs of `input_shape` (C, H, W) to `classes` logits, one label each (softmax
+    cross-entropy) or any number of them (`multilabel`: independent sigmoids, BCE, as CheXNet's 14 findings)."""
+
+    input_shape: tuple[int, int, int]
+    classes: int
+    multilabel: bool = False
+
+    def synthetic(self, n: int, device: str, generator: Any) -> tuple[Any, Any]:
+        """A batch of `n` random inputs and labels of the real shapes and dtypes, on `device`."""
+        import torch
+
+        x = torch.randn(n, *self.input_shape, device=device, generator=generator)
+        if self.multilabel:
+            return x, torch.randint(0, 2, (n, self.classes), device=device, generator=generator).float()
+        return x, torch.randint(0, self.classes, (n,), device=device, generator=generator)
+
+    def loss(self) -> Any:
+        import torch
+
+        return torch.nn.BCEWithLogitsLoss() if self.multilabel else torch.nn.CrossEntropyLoss()
+
+
 def build_classifier(
     cfg: RunConfig,
     device: str,
@@ -400,15 +425,14 @@ def build_classifier(
     steps: int,
     make_model: Callable[[], Any],
     make_optimizer: Callable[[Any], Any],
-    loss_fn: Callable[[Any, Any], Any],
-    synthetic: Callable[[int, Any], tuple[Any, Any]],
+    task: Task,
     synthetic_augment: DeviceAugment | None,
     real: Callable[[Path], tuple[Any, bool]],
     real_augment: DeviceAugment,
     info: dict[str, Any],
 ) -> ClassifierSession:
-    """Seed, set precision, build the model on the device and the batches (synthetic, made once on the device from
-    `synthetic(batch, generator)`; or real, a DataLoader over `real(root)` -> (dataset, batched)), and start a session.
+    """Seed, set precision, build the model on the device and the batches (synthetic, made once on the device in
+    `task`'s shapes; or real, a DataLoader over `real(root)` -> (dataset, batched)), and start a session.
     """
     import torch
 
@@ -423,7 +447,7 @@ def build_classifier(
             batches = LoaderBatches(loader, device, real_augment, f"real:{root}")
         else:
             with torch.no_grad():
-                x, y = synthetic(batch, synthetic_generator(device, cfg.seed))
+                x, y = task.synthetic(batch, device, synthetic_generator(device, cfg.seed))
             if cfg.channels_last and synthetic_augment is None:
                 x = x.contiguous(memory_format=torch.channels_last)
             batches = SyntheticBatches(x, y, synthetic_augment)
@@ -433,7 +457,7 @@ def build_classifier(
             device=device,
             model=model,
             make_optimizer=make_optimizer,
-            loss_fn=loss_fn,
+            loss_fn=task.loss(),
             batches=batches,
             numerics=numerics,
             batch=batch,

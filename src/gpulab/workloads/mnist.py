@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
 
 # size: (batch, steps); "full" is one epoch of the 60,000 training images
 SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}
@@ -49,10 +49,6 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
             return torch.optim.Adadelta(params, lr=lr)
         return torch.optim.SGD(params, lr=lr, momentum=0.5)
 
-    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
-        x = torch.randn(n, 1, 28, 28, device=device, generator=gen)
-        return x, torch.randint(0, 10, (n,), device=device, generator=gen)
-
     def real(root: Path) -> tuple[Any, bool]:
         return InMemoryBatches(*read_mnist(root)), True
 
@@ -63,8 +59,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         steps=steps,
         make_model=make_model,
         make_optimizer=make_optimizer,
-        loss_fn=torch.nn.CrossEntropyLoss(),
-        synthetic=synthetic,
+        task=Task((1, 28, 28), 10),
         synthetic_augment=None,
         real=real,
         real_augment=DeviceAugment(mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed),

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, build_classifier, check_config
+from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
 
 # size: (batch per device, steps)
 SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
@@ -47,10 +47,6 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     def make_optimizer(params: Any) -> Any:
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
-    def synthetic(n: int, gen: Any) -> tuple[Any, Any]:
-        x = torch.randn(n, 3, crop, crop, device=device, generator=gen)
-        return x, torch.randint(0, classes, (n,), device=device, generator=gen)
-
     def real(root: Path) -> tuple[Any, bool]:
         folder, paths, labels = read_labels_csv(root, "resnet50", 1)
         values = labels[:, 0]
@@ -65,8 +61,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         steps=steps,
         make_model=make_model,
         make_optimizer=make_optimizer,
-        loss_fn=torch.nn.CrossEntropyLoss(),
-        synthetic=synthetic,
+        task=Task((3, crop, crop), classes),
         synthetic_augment=None,
         real=real,
         real_augment=DeviceAugment(
