@@ -17,13 +17,14 @@ import re
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from gpulab.errors import GpulabError
 from gpulab.report.model import SCHEMA_ID, Report
+
+if TYPE_CHECKING:  # jsonschema loads when a report is checked, not with every worker process that imports this
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 SCHEMA_PREFIX = "gpulab.report/"
 SCHEMA_VERSION = int(SCHEMA_ID.rsplit("/", 1)[1])
@@ -47,6 +48,8 @@ def load_schema() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
