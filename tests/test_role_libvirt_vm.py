@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 
 from guest import boot, disk, ssh
 from guest.prereq import missing, require_module
+from guest.ssh import Guest
 from playbook import REPO, ansible_env, ansible_playbook
 
 pytestmark = pytest.mark.slow
@@ -108,8 +110,9 @@ def test_lab_vm_on_the_fake_p100_host_is_defined_with_its_gpus(vm_tools, tmp_pat
 
 
 def test_vms_play_boots_a_guest_adds_it_and_a_rerun_changes_nothing(
-    vm_tools, libvirt_system: Any, tmp_path: Path
+    vm_tools, libvirt_system: Any, booted_guest: Guest, tmp_path: Path
 ) -> None:
+    """Runs beside the session's guest: two clones of one image must not share a DHCP lease (or an address)."""
     key = ssh.generate_key(tmp_path / "key")
     name = boot.guest_name("role")
     workdir = boot.runs_dir() / name
@@ -135,7 +138,9 @@ def test_vms_play_boots_a_guest_adds_it_and_a_rerun_changes_nothing(
         assert first.rc == 0, first.explain()
         assert first.recap()["localhost"]["changed"] >= 3  # spec written, VM defined, VM started
         kernel = disk.base_disk().kernel_release
-        assert f"added {name} at 192.168.213." in first.output
+        added = re.search(rf"added {name} at (192\.168\.213\.\d+) ", first.output)
+        assert added, first.output[-3000:]
+        assert added.group(1) != booted_guest.host, f"{name} got the address of the running guest {booted_guest.name}"
         assert f"as gpulab: {kernel}" in first.output
 
         second = ansible_playbook("playbooks/vms.yml", inventory, str(follow_up), timeout=1800, env=env)
@@ -143,5 +148,6 @@ def test_vms_play_boots_a_guest_adds_it_and_a_rerun_changes_nothing(
         assert second.recap()["localhost"]["changed"] == 0, second.changed_tasks()
         assert second.recap()[name]["changed"] == 0
         assert f"as gpulab: {kernel}" in second.output
+        assert booted_guest.ssh("hostname").returncode == 0  # the other guest kept its address
     finally:
         boot.remove_guest(libvirt_system, name)

@@ -184,8 +184,15 @@ def _configure(root: Path) -> None:
     _write(root, "etc/hostname", f"{HOSTNAME}\n")
     _write(root, "etc/hosts", f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n::1 localhost ip6-localhost ip6-loopback\n")
     _write(root, "etc/fstab", f"LABEL={FS_LABEL} / ext4 defaults,errors=remount-ro 0 1\n")
-    # DHCP on the first NIC via systemd-networkd (no ifupdown or NetworkManager in minbase).
-    _write(root, "etc/systemd/network/80-gpulab-dhcp.network", "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n")
+    # DHCP on the first NIC via systemd-networkd (no ifupdown or NetworkManager in minbase). Every guest is a clone
+    # with the image's machine id, from which networkd's default DHCP client id derives: two guests running at once
+    # would get one lease, so they identify by MAC (an empty machine id instead would start systemd's first-boot
+    # wizard, which prompts on the console).
+    _write(
+        root,
+        "etc/systemd/network/80-gpulab-dhcp.network",
+        "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n",
+    )
     _write(root, "etc/ssh/sshd_config.d/gpulab.conf", "PasswordAuthentication no\nUseDNS no\n")
     # cloud-init reads only the NoCloud seed gpulab.vm attaches (probing cloud metadata services would stall boot)
     # and runs once, in its network stage, with the modules a gpulab seed uses: hostname, users and their keys,

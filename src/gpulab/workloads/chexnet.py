@@ -3,6 +3,7 @@ from 264 and horizontal flip on the device, for synthetic and real images alike.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,32 @@ def make_model() -> Any:
     return import_torchvision().models.densenet121(weights=None, num_classes=CLASSES)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The run's checked size and parameters, read once for the torch and the TensorFlow versions."""
+
+    batch: int
+    steps: int
+    crop: int
+    side: int
+    lr: float
+
+
+def settings(cfg: RunConfig) -> Settings:
+    """Check `cfg` and its params for chexnet; every problem is a GpulabError naming the param."""
+    p = Params("chexnet", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
+    return Settings(batch, steps, crop, round(crop * 264 / 224), p.number("learning_rate", above=True))
+
+
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import torch
 
     from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
 
-    p = Params("chexnet", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
-    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
-    side = round(crop * 264 / 224)
-    lr = p.number("learning_rate", above=True)
+    st = settings(cfg)
+    batch, steps, crop, side, lr = st.batch, st.steps, st.crop, st.side, st.lr
 
     def make_optimizer(params: Any) -> Any:
         return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999))

@@ -3,6 +3,7 @@ SGD with momentum; random crop (4-pixel zero padding) and horizontal flip on the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,33 @@ def make_model() -> Any:
     return model
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The run's checked size and parameters, read once for the torch and the TensorFlow versions."""
+
+    batch: int
+    steps: int
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+def settings(cfg: RunConfig) -> Settings:
+    """Check `cfg` and its params for cifar10; every problem is a GpulabError naming the param."""
+    p = Params("cifar10", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    return Settings(
+        batch, steps, p.number("learning_rate", above=True), p.number("momentum", maximum=1.0), p.number("weight_decay")
+    )
+
+
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import torch
 
     from gpulab.workloads.data import InMemoryBatches, read_cifar10
 
-    p = Params("cifar10", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
-    lr = p.number("learning_rate", above=True)
-    momentum = p.number("momentum", maximum=1.0)
-    weight_decay = p.number("weight_decay")
+    st = settings(cfg)
+    batch, steps, lr, momentum, weight_decay = st.batch, st.steps, st.lr, st.momentum, st.weight_decay
 
     def make_optimizer(params: Any) -> Any:
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,32 @@ def make_model() -> Any:
     )
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The run's checked size and parameters, read once for the torch and the TensorFlow versions."""
+
+    batch: int
+    steps: int
+    optimizer: str
+    lr: float
+
+
+def settings(cfg: RunConfig) -> Settings:
+    """Check `cfg` and its params for mnist; every problem is a GpulabError naming the param."""
+    p = Params("mnist", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    optimizer = p.choice("optimizer", ("adadelta", "sgd"))
+    lr = p.number("learning_rate", above=True) if p.raw("learning_rate") is not None else None
+    return Settings(batch, steps, optimizer, lr or (1.0 if optimizer == "adadelta" else 0.01))
+
+
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import torch
 
     from gpulab.workloads.data import InMemoryBatches, read_mnist
 
-    p = Params("mnist", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
-    optimizer = p.choice("optimizer", ("adadelta", "sgd"))
-    lr = p.number("learning_rate", above=True) if p.raw("learning_rate") is not None else None
-    lr = lr or (1.0 if optimizer == "adadelta" else 0.01)
+    st = settings(cfg)
+    batch, steps, optimizer, lr = st.batch, st.steps, st.optimizer, st.lr
 
     def make_optimizer(params: Any) -> Any:
         if optimizer == "adadelta":

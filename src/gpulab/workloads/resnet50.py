@@ -5,6 +5,7 @@ Synthetic data is one fixed batch, as in the plain reference script; real images
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,37 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The run's checked size and parameters, read once for the torch and the TensorFlow versions."""
+
+    batch: int
+    steps: int
+    crop: int
+    side: int
+    classes: int
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+def settings(cfg: RunConfig) -> Settings:
+    """Check `cfg` and its params for resnet50; every problem is a GpulabError naming the param."""
+    p = Params("resnet50", cfg.params, DEFAULTS)
+    batch, steps = check_config(cfg, SIZES)
+    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
+    return Settings(
+        batch,
+        steps,
+        crop,
+        round(crop * 256 / 224),
+        p.integer("num_classes", minimum=2) or 285,
+        p.number("learning_rate", above=True),
+        p.number("momentum", maximum=1.0),
+        p.number("weight_decay"),
+    )
+
+
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import numpy as np
     import torch
@@ -32,14 +64,9 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
     from gpulab.workloads.tv import import_torchvision
 
-    p = Params("resnet50", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
-    crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
-    side = round(crop * 256 / 224)
-    classes = p.integer("num_classes", minimum=2) or 285
-    lr = p.number("learning_rate", above=True)
-    momentum = p.number("momentum", maximum=1.0)
-    weight_decay = p.number("weight_decay")
+    st = settings(cfg)
+    batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
+    classes, lr, momentum, weight_decay = st.classes, st.lr, st.momentum, st.weight_decay
 
     def make_model() -> Any:
         return import_torchvision().models.resnet50(weights=None, num_classes=classes)

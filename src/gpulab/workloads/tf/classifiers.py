@@ -16,7 +16,7 @@ from gpulab.workloads import cifar10 as torch_cifar10
 from gpulab.workloads import mnist as torch_mnist
 from gpulab.workloads import resnet50 as torch_resnet50
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import Params, check_config, data_root
+from gpulab.workloads.common import data_root
 from gpulab.workloads.tf.common import (
     TFClassifierSession,
     TFNumerics,
@@ -101,11 +101,8 @@ def build_mnist(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     import keras
     import tensorflow as tf
 
-    p = Params("mnist", cfg.params, torch_mnist.DEFAULTS)
-    batch, steps = check_config(cfg, torch_mnist.SIZES)
-    optimizer = p.choice("optimizer", ("adadelta", "sgd"))
-    lr = p.number("learning_rate", above=True) if p.raw("learning_rate") is not None else None
-    lr = lr or (1.0 if optimizer == "adadelta" else 0.01)
+    st = torch_mnist.settings(cfg)
+    batch, steps, optimizer, lr = st.batch, st.steps, st.optimizer, st.lr
 
     def make_model() -> Any:
         layers = keras.layers
@@ -171,11 +168,8 @@ def build_cifar10(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     import keras
     import tensorflow as tf
 
-    p = Params("cifar10", cfg.params, torch_cifar10.DEFAULTS)
-    batch, steps = check_config(cfg, torch_cifar10.SIZES)
-    lr = p.number("learning_rate", above=True)
-    momentum = p.number("momentum", maximum=1.0)
-    weight_decay = p.number("weight_decay")
+    st = torch_cifar10.settings(cfg)
+    batch, steps, lr, momentum, weight_decay = st.batch, st.steps, st.lr, st.momentum, st.weight_decay
 
     def make_optimizer() -> Any:
         return keras.optimizers.SGD(learning_rate=lr, momentum=momentum, weight_decay=weight_decay or None)
@@ -209,11 +203,8 @@ def build_chexnet(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
 
     from gpulab.workloads.data import read_labels_csv
 
-    p = Params("chexnet", cfg.params, torch_chexnet.DEFAULTS)
-    batch, steps = check_config(cfg, torch_chexnet.SIZES)
-    crop = p.integer("image", minimum=32) or torch_chexnet.IMAGE.get(cfg.size, 224)
-    side = round(crop * 264 / 224)
-    lr = p.number("learning_rate", above=True)
+    st = torch_chexnet.settings(cfg)
+    batch, steps, crop, side, lr = st.batch, st.steps, st.crop, st.side, st.lr
     classes = torch_chexnet.CLASSES
 
     def make_model() -> Any:
@@ -254,14 +245,9 @@ def build_resnet50(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
 
     from gpulab.workloads.data import read_labels_csv
 
-    p = Params("resnet50", cfg.params, torch_resnet50.DEFAULTS)
-    batch, steps = check_config(cfg, torch_resnet50.SIZES)
-    crop = p.integer("image", minimum=32) or torch_resnet50.IMAGE.get(cfg.size, 224)
-    side = round(crop * 256 / 224)
-    classes = p.integer("num_classes", minimum=2) or 285
-    lr = p.number("learning_rate", above=True)
-    momentum = p.number("momentum", maximum=1.0)
-    weight_decay = p.number("weight_decay")
+    st = torch_resnet50.settings(cfg)
+    batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
+    classes, lr, momentum, weight_decay = st.classes, st.lr, st.momentum, st.weight_decay
 
     def make_model() -> Any:
         return keras.applications.ResNet50(
