@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Set up gpulab in a virtual environment and run it.
 #
-#   ./bootstrap.sh [validate] [pytest options]   validate this machine; prints the report's path
-#   ./bootstrap.sh test [pytest options]         run gpulab's own tests
+#   ./bootstrap.sh [provision] [ansible-playbook options]   ansible-playbook site.yml: provision and validate this
+#                                                           machine (inventory/local.yml) or, with -i, a fleet
+#   ./bootstrap.sh validate [pytest options]                validate this machine only; prints the report's path
+#   ./bootstrap.sh test [pytest options]                    run gpulab's own tests
 #
-# GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS the extras installed (default: torch for
-# validate; torch,tf-cpu,dev for test). Extras already installed stay installed.
+# GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS the extras installed (default: ansible for
+# provision, torch for validate, torch,tf-cpu,vm,ansible,dev for test). Extras already installed stay installed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 venv=${GPULAB_VENV:-.venv}
-action=${1:-validate}
+action=${1:-provision}
 [ $# -gt 0 ] && shift
 
 die() { echo "bootstrap: $*" >&2; exit 2; }
 
 case "$action" in
-  validate|test) ;;
-  *) die "unknown action '$action': use './bootstrap.sh validate' or './bootstrap.sh test'" ;;
+  provision|validate|test) ;;
+  -*) set -- "$action" "$@"; action=provision ;;  # ./bootstrap.sh -i inventory/lab.yml: options for site.yml
+  *) die "unknown action '$action': use './bootstrap.sh [provision]', './bootstrap.sh validate' or './bootstrap.sh test'" ;;
 esac
 
 python=${PYTHON:-python3}
@@ -35,6 +38,7 @@ if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 
 case "$action" in
+  provision) extras=${GPULAB_EXTRAS:-ansible} ;;
   validate) extras=${GPULAB_EXTRAS:-torch} ;;
   test) extras=${GPULAB_EXTRAS:-torch,tf-cpu,vm,ansible,dev} ;;
 esac
@@ -81,6 +85,14 @@ else
 fi
 
 case "$action" in
+  provision)
+    # The roles install packages: as a user other than root, Ansible asks for the sudo password (unless told how).
+    if [ "$(id -u)" -ne 0 ] && [[ " $* " != *" -K "* && " $* " != *" --ask-become-pass "* ]]; then
+      echo "bootstrap: not root: ansible-playbook will ask for your sudo password (-K)" >&2
+      set -- -K "$@"
+    fi
+    bin=$(cd "$venv/bin" && pwd)
+    PATH="$bin:$PATH" exec "$bin/ansible-playbook" site.yml "$@" ;;
   validate) exec "$venv/bin/python" -m pytest validate/ -p no:cacheprovider "$@" ;;
   test) exec "$venv/bin/python" -m pytest tests/ "$@" ;;
 esac

@@ -107,6 +107,13 @@ def gpulab_requirements(extras: tuple[str, ...] = ()) -> list[str]:
     return reqs
 
 
+def torch_cpu_requirements() -> list[str]:
+    """gpulab with its torch extra and torch's CPU build at the pinned version (what a host without a GPU gets)."""
+    constraints = (REPO / "constraints.txt").read_text()
+    [torch] = [ln.split("==")[1].strip() for ln in constraints.splitlines() if ln.startswith("torch==")]
+    return [*gpulab_requirements(("torch",)), f"torch=={torch}+cpu"]
+
+
 def wheelhouse(requirements: list[str], python: str = "3.11") -> Path:
     """A directory of wheels for `requirements` (pinned by constraints.txt) for CPython `python` on x86_64 Linux,
     built with this Python's pip (which must be that version: sdist-only dependencies are built into wheels).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from playbook import REPO, ansible_playbook, gpulab_requirements, snapshot_source, wheelhouse
+from playbook import REPO, ansible_playbook, snapshot_source, torch_cpu_requirements, wheelhouse
 
 sys.path.insert(0, str(REPO / "collections"))
 
@@ -176,7 +176,7 @@ def in_root(root: Path, *cmd: str) -> str:
 
 @pytest.mark.slow
 def test_role_installs_torch_from_a_wheelhouse_into_a_debian_root_idempotently(debian_root, tmp_path):
-    houses = wheelhouse([*gpulab_requirements(("torch",)), f"torch=={pin('torch')}+cpu"])
+    houses = wheelhouse(torch_cpu_requirements())
     source = snapshot_source(tmp_path / "source")
     common = {
         "dl_frameworks_frameworks": ["torch"],
