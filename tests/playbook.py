@@ -83,11 +83,16 @@ def ansible_playbook(
         from guest.prereq import missing
 
         missing(f"needs {exe.name} next to {sys.executable} (pip install -c constraints.txt -e '.[ansible]')")
-    argv = [str(exe), "-i", str(inventory), str(playbook), *args]
+    return run_logged([str(exe), "-i", str(inventory), str(playbook), *args], env=env or ansible_env(), timeout=timeout)
+
+
+def run_logged(argv: list[str], *, env: dict[str, str], timeout: float) -> Run:
+    """Run `argv` from the repository root, stdout and stderr together; the output printed (pytest shows it on a
+    failure) and kept."""
     proc = subprocess.run(
         argv,
         cwd=REPO,
-        env=env or ansible_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -109,8 +114,11 @@ def gpulab_requirements(extras: tuple[str, ...] = ()) -> list[str]:
 
 def torch_cpu_requirements() -> list[str]:
     """gpulab with its torch extra and torch's CPU build at the pinned version (what a host without a GPU gets)."""
-    constraints = (REPO / "constraints.txt").read_text()
-    [torch] = [ln.split("==")[1].strip() for ln in constraints.splitlines() if ln.startswith("torch==")]
+    if str(REPO / "collections") not in sys.path:
+        sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.gpulab.provision.plugins.plugin_utils.frameworks import parse_pins
+
+    torch = parse_pins((REPO / "constraints.txt").read_text())["torch"]
     return [*gpulab_requirements(("torch",)), f"torch=={torch}+cpu"]
 
 

@@ -9,7 +9,6 @@ under the test's directory by variables, so the host keeps no trace; the second 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from gpulab.report.io import load_report
 from guest.prereq import missing
-from playbook import REPO, Run, ansible_env, torch_cpu_requirements, wheelhouse
+from playbook import REPO, Run, ansible_env, run_logged, torch_cpu_requirements, wheelhouse
 
 BOOTSTRAP = REPO / "bootstrap.sh"
 
@@ -26,12 +25,7 @@ def bootstrap(*args: str, timeout: float = 1800) -> Run:
     """./bootstrap.sh with this test run's venv (its extras are installed: nothing is downloaded)."""
     env = ansible_env(GPULAB_VENV=sys.prefix)
     env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the local target is this machine
-    argv = [str(BOOTSTRAP), *args]
-    proc = subprocess.run(
-        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
-    )
-    print(proc.stdout[-20000:])
-    return Run(argv=argv, rc=proc.returncode, output=proc.stdout)
+    return run_logged([str(BOOTSTRAP), *args], env=env, timeout=timeout)
 
 
 def test_an_unknown_action_is_refused_with_the_actions() -> None:

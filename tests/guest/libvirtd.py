@@ -79,7 +79,7 @@ def ensure_running() -> None:
         _prepare_kvm_device()
         if not accepts(VIRTLOGD_SOCKET):
             _start("virtlogd", VIRTLOGD_SOCKET, 30)
-        if not (accepts(SOCKET) and responds()):
+        if not accepts(SOCKET):
             _start("libvirtd", SOCKET, 60)
-            if not responds():
-                raise RuntimeError(f"libvirtd started but {URI} does not answer; see /var/log/libvirt/libvirtd.log")
+        if not responds():
+            raise RuntimeError(f"libvirtd listens but {URI} does not answer; see /var/log/libvirt/libvirtd.log")
