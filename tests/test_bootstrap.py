@@ -49,6 +49,12 @@ def test_options_alone_go_to_site_yml_on_the_local_inventory() -> None:
     assert "hosts (1):" in gpu_nodes and "localhost" in gpu_nodes  # inventory/local.yml: this machine
 
 
+def test_a_mistyped_inventory_stops_the_run() -> None:
+    run = bootstrap("-i", "inventory/no-such-inventory.yml", "--list-hosts")
+    assert run.rc != 0
+    assert "Unable to parse" in run.output and "No inventory was parsed" in run.output
+
+
 @pytest.mark.slow
 def test_bootstrap_provisions_and_validates_this_machine_then_changes_nothing(tmp_path: Path) -> None:
     if os.geteuid() != 0:
