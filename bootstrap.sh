@@ -16,6 +16,44 @@ action=${1:-provision}
 [ $# -gt 0 ] && shift
 
 die() { echo "bootstrap: $*" >&2; exit 2; }
+# Anything that fails without its own message still names the command and the line, never exits silently.
+trap 'rc=$?; echo "bootstrap: failed (exit $rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+# step WHAT FIX COMMAND...: run COMMAND with its output kept in a log; on failure say what failed, how to fix it,
+# and show the log's last lines.
+step() {
+  local what=$1 fix=$2 log rc=0
+  shift 2
+  log=$(mktemp "${TMPDIR:-/tmp}/gpulab-bootstrap.XXXXXX")
+  "$@" >"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "bootstrap: $what failed (exit $rc): $*" >&2
+    tail -n 20 "$log" | sed 's/^/  | /' >&2
+    echo "bootstrap: $fix (full output: $log)" >&2
+    exit 2
+  fi
+  rm -f "$log"
+}
+
+# apt_install PACKAGE...: as root with apt-get, install; otherwise stop and say which command installs them.
+apt_install() {
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    die "missing system packages: $*; install them with: sudo apt-get install $*"
+  fi
+  echo "bootstrap: installing system packages: $*"
+  step "apt-get update" "check the machine's apt sources and network, then run again" apt-get update -qq
+  step "apt-get install $*" "install them by hand (apt-get install $*) and run again" \
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# absent_packages PACKAGE...: those dpkg does not list as installed ("ii"); a package dpkg never heard of is absent.
+absent_packages() {
+  local p status
+  for p in "$@"; do
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null) || status=""
+    [ "${status:0:2}" = ii ] || echo "$p"
+  done
+}
 
 case "$action" in
   provision|validate|test) ;;
@@ -30,11 +68,10 @@ command -v "$python" >/dev/null || die "$python not found: install Python >= 3.1
 
 # Debian and Ubuntu ship venv and ensurepip separately from python3.
 if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-  else
-    die "Python's venv module is missing: run 'sudo apt-get install python3-venv' and try again"
-  fi
+  echo "bootstrap: Python's venv module is missing"
+  apt_install python3-venv
+  "$python" -c 'import ensurepip, venv' 2>/dev/null \
+    || die "python3-venv is installed but $python still lacks venv/ensurepip: install the venv package of $("$python" -V 2>&1)"
 fi
 
 case "$action" in
@@ -44,21 +81,15 @@ case "$action" in
 esac
 
 # The tests' system packages (tests/system-packages.txt): libvirt, QEMU, debootstrap, and what builds libvirt-python.
+# As root they are installed; otherwise the command that installs them is printed and the run stops.
 if [ "$action" = test ]; then
-  packages=$(grep -v '^#' tests/system-packages.txt | xargs)
-  # shellcheck disable=SC2086
-  absent=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $packages 2>/dev/null | awk '$1 != "ii" {print $2}' | xargs)
-  for p in $packages; do dpkg-query -W "$p" >/dev/null 2>&1 || absent="$absent $p"; done
-  absent=$(echo $absent | tr ' ' '\n' | sort -u | xargs)
-  if [ -n "$absent" ]; then
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-      echo "bootstrap: installing the tests' system packages: $absent"
-      # shellcheck disable=SC2086
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $absent >/dev/null
-    else
-      echo "bootstrap: the tests that need $absent will skip; install them with: sudo apt-get install $absent" >&2
-    fi
-  fi
+  command -v dpkg-query >/dev/null \
+    || die "dpkg-query not found: gpulab's tests need a Debian or Ubuntu machine (tests/system-packages.txt)"
+  # shellcheck disable=SC2046
+  absent=$(absent_packages $(grep -v '^#' tests/system-packages.txt) | xargs)
+  [ -z "$absent" ] || apt_install $absent
+  absent=$(absent_packages $absent | xargs)
+  [ -z "$absent" ] || die "apt-get reported success but these packages are still not installed: $absent"
 fi
 
 # The stamp records what built the environment: a hash of the pins and the extras installed.
@@ -71,17 +102,20 @@ for e in ${extras//,/ }; do
   case ",${stamp_extras:-}," in *",$e,"*) ;; *) missing="$missing,$e" ;; esac
 done
 if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
+  step "creating the virtual environment $venv" "check that $venv is writable, or set GPULAB_VENV to another path" \
+    "$python" -m venv "$venv"
 fi
 if [ -n "$missing" ]; then
   extras=$(echo "${stamp_extras:-}$missing" | sed 's/^,//')
   echo "bootstrap: installing gpulab[$extras] into $venv (pinned by constraints.txt)"
-  "$venv/bin/python" -m pip install -q -c constraints.txt --upgrade pip
-  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
+  fix="check that PyPI (or PIP_INDEX_URL) is reachable; if $venv is damaged, remove it and run again"
+  step "upgrading pip in $venv" "$fix" "$venv/bin/python" -m pip install -q -c constraints.txt --upgrade pip
+  step "installing gpulab[$extras]" "$fix" "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
   echo "$pins $extras" > "$stamp_file"
 else
   # The environment may come from another checkout: point gpulab at this one (no dependency changes).
-  "$venv/bin/python" -m pip install -q --no-deps -e .
+  step "installing this checkout into $venv" "remove $venv and run again" \
+    "$venv/bin/python" -m pip install -q --no-deps -e .
 fi
 
 case "$action" in
