@@ -51,6 +51,9 @@ def test_host_facts_come_from_the_sysfs_tree(p100, h200):
     assert p100.iommu_enabled is True
     assert p100.vfio_modules == {"vfio": True, "vfio_pci": True, "vfio_iommu_type1": True}
     assert [(n.node, n.cpus[:3], len(n.cpus)) for n in p100.numa] == [(0, (0, 1, 2), 20), (1, (10, 11, 12), 20)]
+    # CPUs and memory from libvirt's node info (2 x 10 cores x 2 threads, 192 GiB); the fixture has no meminfo.
+    assert (p100.cpus, p100.memory_mib) == (40, 192 * 1024)
+    assert [n.memory_mib for n in p100.numa] == [None, None]
     assert p100.numa[1].free_pages(1048576) == 16
     assert "intel_iommu=on" in (p100.kernel_cmdline or "")
     assert h200.vfio_modules == {"vfio": False, "vfio_pci": False, "vfio_iommu_type1": False}
@@ -100,13 +103,32 @@ def test_selector_forms(p100, selector, expected):
 @pytest.mark.parametrize(
     ("selector", "needles"),
     [
-        ("5x10de:15f8", ["asks for 5 x 10de:15f8, but this host has 4", "0000:87:00.0  Tesla P100-PCIE-16GB"]),
+        (
+            "5x10de:15f8",
+            [
+                "asks for 5 x 10de:15f8, but this host has 4; ask for at most 4",
+                "0000:86:00.0 Tesla P100-PCIE-16GB (10de:15f8, NUMA node 1); 0000:87:00.0",
+            ],
+        ),
         ("0000:5e:00.0", ["no PCI device 0000:5e:00.0 on this host", "this host has 4 NVIDIA GPUs"]),
         ("0000:18:00.0", ["Ethernet controller 8086:1572", "is not an NVIDIA GPU", "extra_hostdevs"]),
         ("3b:00.0,3b:00.0", ["selected twice"]),
-        ("2xH200", ["no NVIDIA H200 on this host", "0000:3b:00.0  Tesla P100-PCIE-16GB (10de:15f8), NUMA node 0"]),
+        ("2xH200", ["no NVIDIA H200 on this host", "0000:3b:00.0 Tesla P100-PCIE-16GB (10de:15f8, NUMA node 0);"]),
         ("2xQuadro 9999", ["unknown GPU model 'Quadro 9999'", "gpulab matrix gpus"]),
-        ("0xP100", ["asks for 0 GPUs"]),
+        ("0xP100", ["asks for 0 GPUs", "ask for at least 1, or use 'none'"]),
+        ("99xP100", ["asks for 99 x Tesla P100-PCIE-16GB, but this host has 4; ask for at most 4"]),
+        ("99999999999999999999999x10de:15f8", ["asks for 99999999999999999999999 x 10de:15f8"]),
+        ("-1xP100", ["'-1xP100': -1 is not a GPU count; ask for a whole number of at least 1"]),
+        ("1.5xP100", ["'1.5xP100': 1.5 is not a GPU count"]),
+        ("0", ["asks for 0 GPUs"]),
+        ("-2", ["-2 is not a GPU count"]),
+        ("2.0", ["2.0 is not a GPU count"]),
+        ("9", ["asks for 9 x NVIDIA GPU, but this host has 4"]),
+        ("²", ["unknown GPU model '²'"]),  # a digit to str.isdigit(), not to int()
+        ("2x\nP100", ["unknown GPU model '2x\\nP100'"]),  # the message shows it quoted, on one line
+        ("0000:3b:00.0\x00", ["unknown GPU model '0000:3b:00.0\\x00'"]),
+        ("", ["GPU selector '' is empty", "'none' for no GPU"]),
+        (" , ", ["is empty"]),
         ("3b:00", ["unknown GPU model '3b:00'"]),
         ("all,3b:00.0", ["cannot combine GPU selectors"]),
     ],
@@ -116,6 +138,7 @@ def test_selector_errors_name_the_problem_and_list_the_host(p100, selector, need
         select_gpus(p100, selector)
     for needle in needles:
         assert needle in str(err.value)
+    assert "\n" not in str(err.value)  # the CLI prints one line
 
 
 def test_selecting_a_companion_function_points_at_its_gpu(shared):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -164,7 +166,7 @@ def test_spec_file_paths_are_relative_to_the_file(tmp_path):
 
 
 def test_unreadable_and_invalid_spec_files(tmp_path):
-    with pytest.raises(GpulabError, match=r"cannot read VM spec .*missing.yml"):
+    with pytest.raises(GpulabError, match=r"VM spec .*missing.yml does not exist"):
         load_spec(tmp_path / "missing.yml")
     bad = tmp_path / "bad.yml"
     bad.write_text("name: [unclosed\n")
@@ -224,3 +226,231 @@ def test_normal_form_ignores_device_order_and_gpulab_metadata():
     assert normalise(a) == normalise(b)
     assert "metadata" not in normalise(a) and "<source file='/a &amp; b'/>" in normalise(a)
     assert normalise(normalise(a)) == normalise(a)
+
+
+# A valid spec with every string the guest or libvirt receives; each test below breaks one of them.
+BASE = {
+    "name": "vm1",
+    "vcpus": 2,
+    "memory_mib": 2048,
+    "disk": {"base": "/images/base.qcow2"},
+    "cloud_init": {"hostname": "vm1", "user": "gpulab", "ssh_authorized_keys": [KEY]},
+    "network": {"name": "gpulab-net"},
+}
+# The family of bad strings: each must be refused, on one line, showing the value quoted.
+BAD_TEXT = {
+    "trailing newline": "vm1\n",
+    "embedded newline": "vm\n1",
+    "NUL": "vm\x001",
+    "leading dash": "-vm1",
+    "too long": "v" * 64,
+    "empty": "",
+    "non-ASCII": "vmé1",
+}
+
+
+def with_value(field: str, value: object) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(BASE))  # a deep copy
+    *parents, key = field.split(".")
+    target = data
+    for parent in parents:
+        target = target[parent]
+    target[key] = value
+    return data
+
+
+def one_problem(data: dict) -> str:
+    with pytest.raises(GpulabError) as err:
+        spec_from_dict(data)
+    text = str(err.value)
+    assert "\n" not in text, text  # one problem, one line
+    return text
+
+
+def test_the_base_spec_is_valid():
+    spec = spec_from_dict(BASE)
+    assert spec.cloud_init is not None and spec.network is not None and spec.disk is not None
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TEXT))
+@pytest.mark.parametrize("field", ["name", "cloud_init.hostname", "cloud_init.user", "network.name", "network"])
+def test_names_refuse_the_whole_family(field, case):
+    value = BAD_TEXT[case]  # "vm1" itself is a valid VM, host, user and network name
+    text = one_problem(with_value(field, value))
+    assert text.startswith(f"VM spec: {field}: {value!r} is not a "), text
+
+
+def test_the_name_limits_are_inclusive():
+    assert spec_from_dict(with_value("name", "v" * 63)).name == "v" * 63
+    assert spec_from_dict(with_value("cloud_init.user", "u" * 32)).cloud_init is not None
+    assert spec_from_dict(with_value("cloud_init.hostname", "h" * 63)).cloud_init is not None
+    one_problem(with_value("cloud_init.hostname", "h" * 64))
+    one_problem(with_value("cloud_init.hostname", "vm1-"))  # no dash at the end either
+
+
+KEY_BODY, KEY_COMMENT = KEY.rsplit(" ", 1)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        KEY_BODY + "\n" + KEY_COMMENT,  # a second line in authorized_keys
+        KEY_BODY + "\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGV2aWw= evil",
+        KEY.replace("AAAA", "AA\x00AA", 1),
+        KEY + "\x00",
+        "-" + KEY,
+        "ssh-ed25519 " + "A" * 20000 + " long",
+        "",
+        "ssh-ed25519",  # no key material
+        KEY.replace("AAAAC3", "ÄAAAC3"),  # non-ASCII key material
+        "sk-ключ AAAAC3NzaC1lZDI1NTE5 x",  # an unknown key type
+        'from="10.0.0.1" ' + KEY,  # authorized_keys options are not a key line
+    ],
+)
+def test_ssh_keys_are_one_openssh_line(key):
+    text = one_problem(with_value("cloud_init.ssh_authorized_keys", [key]))
+    assert "cloud_init.ssh_authorized_keys:" in text and "is not an OpenSSH public key line" in text
+    assert len(text) < 400  # a long key is shown cut short
+
+
+def test_ssh_keys_drop_surrounding_whitespace_and_keep_any_comment():
+    spec = spec_from_dict(with_value("cloud_init.ssh_authorized_keys", [KEY + "\n", "  " + KEY_BODY + " José\t"]))
+    assert spec.cloud_init is not None
+    assert spec.cloud_init.ssh_authorized_keys == (KEY, KEY_BODY + " José")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("cloud_init.ssh_authorized_key_files", ["/dev/zero"], "/dev/zero is a character device, not a file"),
+        ("cloud_init.ssh_authorized_key_files", ["/nonexistent/id.pub"], "id.pub does not exist"),
+        ("cloud_init.ssh_authorized_key_files", ["/"], "file / is a directory, not a file"),
+        ("cloud_init.ssh_authorized_key_files", ["id\x00.pub"], "'id\\x00.pub' is not a path"),
+        ("cloud_init.ssh_authorized_key_files", ["~no-such-user-here/id.pub"], "cannot expand its ~"),
+        ("kernel_boot.kernel", "/boot/vmlinuz\n", "'/boot/vmlinuz\\n' is not a path"),
+        ("kernel_boot.cmdline", "console=ttyS0\ninit=/bin/sh", "must be one line of text"),
+        ("kernel_boot.cmdline", "quiet " * 400, "of at most 2047 characters"),
+        ("console_log", "/var/log/x\x00.log", "'/var/log/x\\x00.log' is not a path"),
+        ("disk.base", "/images/base\n.qcow2", "'/images/base\\n.qcow2' is not a path"),
+        ("extra_hostdevs", ["07:00.0\x00"], "'07:00.0\\x00' is not a PCI address; write it as 0000:3b:00.0"),
+        ("extra_hostdevs", ["07:00.0", "zz:00.0"], "'zz:00.0' is not a PCI address"),
+    ],
+)
+def test_paths_command_lines_and_addresses_refuse_control_characters_and_unreadable_files(field, value, needle):
+    data = with_value("kernel_boot", {"kernel": "/boot/vmlinuz"})
+    if field.startswith("kernel_boot."):
+        data["kernel_boot"][field.split(".")[1]] = value
+    else:
+        data = with_value(field, value)
+    text = one_problem(data)
+    assert text.startswith(f"VM spec: {field}: ") and needle in text, text
+
+
+def test_key_files_that_are_not_utf8_or_not_regular_are_problems_not_crashes(tmp_path):
+    binary = tmp_path / "id.pub"
+    binary.write_bytes(b"\xff\xfe ssh-ed25519")
+    text = one_problem(with_value("cloud_init.ssh_authorized_key_files", [str(binary)]))
+    assert "is not UTF-8 text (byte 0xff at offset 0)" in text
+    text = one_problem(with_value("cloud_init.ssh_authorized_key_files", ["/dev/zero"]))
+    assert "SSH public key file /dev/zero is a character device, not a file" in text
+
+
+# Numeric keys, each with the range it takes: 0, negative, huge, non-integer, bool and text are refused.
+NUMBERS = {
+    "vcpus": "from 1 to 1024",
+    "memory_mib": "from 256 to 67108864",
+    "disk.size_gib": "from 1 to 1048576",
+    "mmio_window_gib": "power of two in GiB up to 1048576",
+    "p2p_clique": "from 0 to 15",
+    "gpus": "GPU",
+}
+BAD_NUMBERS = {"zero": 0, "negative": -1, "huge": 10**30, "non-integer": 1.5, "bool": True, "text": "4"}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NUMBERS))
+@pytest.mark.parametrize("field", sorted(NUMBERS))
+def test_numbers_refuse_the_whole_family(field, case):
+    value = BAD_NUMBERS[case]
+    if (field, case) in {("mmio_window_gib", "zero"), ("p2p_clique", "zero"), ("gpus", "text")}:
+        assert spec_from_dict(with_value(field, value))  # 0 turns the window off; clique 0 exists; '4' selects
+        return
+    text = one_problem(with_value(field, value))
+    assert text.startswith(f"VM spec: {field}: "), text
+    assert NUMBERS[field] in text, text
+
+
+@pytest.mark.parametrize(("value", "needle"), [(0, "0 is not a GPU count from 1 to 16"), (17, "17 is not a GPU")])
+def test_gpu_counts_in_the_spec(value, needle):
+    assert needle in one_problem(with_value("gpus", value))
+    assert spec_from_dict(with_value("gpus", 16)).gpus == "16"
+    assert spec_from_dict(with_value("gpus", [])).gpus is None  # an empty list is no GPU
+    assert "gpus: is empty" in one_problem(with_value("gpus", " "))
+
+
+def test_the_numeric_limits_are_inclusive():
+    assert spec_from_dict(with_value("vcpus", 1024)).vcpus == 1024
+    assert spec_from_dict(with_value("memory_mib", 64 * 1024 * 1024)).memory_mib == 64 * 1024 * 1024
+    assert one_problem(with_value("vcpus", 1025))
+    assert one_problem(with_value("memory_mib", 255))
+
+
+def spec_file(tmp_path: Path, content: bytes) -> Path:
+    path = tmp_path / "vm.yml"
+    path.write_bytes(content)
+    return path
+
+
+def file_problem(path: Path) -> str:
+    with pytest.raises(GpulabError) as err:
+        load_spec(path)
+    text = str(err.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_spec_files_that_cannot_be_a_spec(tmp_path):
+    missing_spec = tmp_path / "missing.yml"
+    assert file_problem(missing_spec) == (
+        f"VM spec {missing_spec} does not exist; give the path of a VM spec file "
+        "(YAML, see docs/vm.md)."
+    )
+    assert file_problem(tmp_path).endswith(
+        " is a directory, not a file; give the path of a VM spec file (YAML, see docs/vm.md)."
+    )
+    assert "VM spec /dev/zero is a character device, not a file" in file_problem(Path("/dev/zero"))
+    fifo = tmp_path / "fifo.yml"
+    os.mkfifo(fifo)
+    signal.alarm(10)  # a blocking open would wait for a writer for ever: fail instead
+    try:
+        assert "is a named pipe, not a file" in file_problem(fifo)
+    finally:
+        signal.alarm(0)
+    (tmp_path / "file").write_text("x")
+    assert "a part of the path is a file, not a directory" in file_problem(tmp_path / "file" / "vm.yml")
+    assert "is not UTF-8 text (byte 0xff at offset 6)" in file_problem(spec_file(tmp_path, b"name: \xff\xfe"))
+    assert "more than such a file can be (1 MiB)" in file_problem(spec_file(tmp_path, b"# " + b"x" * (1 << 20)))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"name: [unclosed\n", "is not valid YAML: expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+        (b'[vm]\nname = "x"\n', "is not valid YAML: expected '<document start>'"),  # TOML
+        (b'{"name": "vm1", "vcpus": 2', "is not valid YAML: expected ',' or '}'"),  # broken JSON
+        (b"name: a\x00b\n", "unacceptable character #x0000"),
+        (b"[" * 100000, "nested too deeply"),
+        (b"- a list\n- of things\n", "must be a mapping of keys (name, vcpus, memory_mib, ...), not a list"),
+        (b"just some text\n", "must be a mapping of keys (name, vcpus, memory_mib, ...), not text"),
+        (b"", "is empty; write a mapping of keys"),
+        (b"# only a comment\n", "is empty"),
+        (b"name: vm1\nvcpus: 2\n", "VM spec <path>: memory_mib: required; give a whole number from 256"),
+    ],
+)
+def test_spec_files_in_the_wrong_format(tmp_path, content, needle):
+    path = spec_file(tmp_path, content)
+    assert needle.replace("<path>", str(path)) in file_problem(path)
+
+
+def test_a_json_spec_is_a_yaml_spec(tmp_path):
+    path = spec_file(tmp_path, b'{"name": "vm1", "vcpus": 2, "memory_mib": 2048}')
+    assert load_spec(path).name == "vm1"

@@ -47,3 +47,16 @@ def connect(host: str) -> Any:
     from gpulab.vm import connect as vm_connect
 
     return vm_connect(uri(host))
+
+
+def sysfs_copy(host: str, dest: Path, node_memory_mib: dict[int, int] | None = None) -> Path:
+    """A writable copy of a host's sysfs tree under `dest`, with each node's MemTotal when given (the fixtures
+    leave it out, so the memory of a NUMA node is unknown there)."""
+    source = sysfs(host)
+    assert source is not None, f"{host} has no sysfs tree"
+    root = dest / f"{host}-sysfs"
+    shutil.copytree(source, root, symlinks=True)
+    for node, mib in (node_memory_mib or {}).items():
+        meminfo = root / f"sys/devices/system/node/node{node}/meminfo"
+        meminfo.write_text(f"Node {node} MemTotal:       {mib * 1024} kB\nNode {node} MemFree:        {mib * 512} kB\n")
+    return root

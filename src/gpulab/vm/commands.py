@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ def cmd_host(args: argparse.Namespace) -> int:
     iommu = {True: "on", False: "OFF (PCI passthrough impossible until it is enabled)", None: "unknown"}
     print(f"libvirt:  {host.uri}")
     print(f"IOMMU:    {iommu[host.iommu_enabled]}")
+    memory = "unknown" if host.memory_mib is None else _gib(host.memory_mib << 20)
+    print(f"CPUs:     {host.cpus if host.cpus is not None else 'unknown'}; memory {memory}")
     if host.vfio_modules is not None:
         modules = ", ".join(f"{m} {'loaded' if ok else 'NOT loaded'}" for m, ok in host.vfio_modules.items())
         print(f"VFIO:     {modules}")
@@ -75,7 +78,10 @@ def cmd_host(args: argparse.Namespace) -> int:
             f"{kib // 1024 if kib < 1 << 20 else kib >> 20}{'M' if kib < 1 << 20 else 'G'} {free}/{total} free"
             for kib, (free, total) in sorted(node.hugepages.items())
         )
-        print(f"  node {node.node}: CPUs {format_cpulist(node.cpus)}" + (f"; hugepages {pages}" if pages else ""))
+        memory = "" if node.memory_mib is None else f"; memory {_gib(node.memory_mib << 20)}"
+        print(
+            f"  node {node.node}: CPUs {format_cpulist(node.cpus)}" + (f"; hugepages {pages}" if pages else "") + memory
+        )
     print(f"GPUs ({len(host.gpus)}):")
     for gpu in host.gpus:
         link = gpu.device.link
@@ -135,7 +141,7 @@ def cmd_define(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     from gpulab.vm.lifecycle import start
 
-    if args.timeout <= 0:
+    if not math.isfinite(args.timeout) or args.timeout <= 0:  # float() takes 'nan' and 'inf'
         raise GpulabError(f"--timeout {args.timeout}: give a positive number of seconds.")
     return _report(start(_connect(args), args.name, wait_ssh=args.wait_ssh, timeout=args.timeout), args.json)
 

@@ -86,6 +86,7 @@ class NumaNode:
     node: int
     cpus: tuple[int, ...]
     hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # page KiB -> (free, total)
+    memory_mib: int | None = None  # the node's RAM (hugepages included); None when unknown
 
     def free_pages(self, page_kib: int) -> int | None:
         pool = self.hugepages.get(page_kib)
@@ -102,6 +103,8 @@ class Host:
     vfio_modules: Mapping[str, bool] | None
     kernel_cmdline: str | None
     facts_root: Path | None  # where sysfs facts were read; None: libvirt only
+    cpus: int | None = None  # logical CPUs; None when libvirt cannot say
+    memory_mib: int | None = None  # RAM; None when libvirt cannot say
 
     def gpu_at(self, address: PciAddress) -> Gpu | None:
         return next((g for g in self.gpus if g.address == address), None)
@@ -116,10 +119,13 @@ class Host:
             "vfio_modules": None if self.vfio_modules is None else dict(self.vfio_modules),
             "kernel_cmdline": self.kernel_cmdline,
             "facts_root": None if self.facts_root is None else str(self.facts_root),
+            "cpus": self.cpus,
+            "memory_mib": self.memory_mib,
             "numa_nodes": [
                 {
                     "node": n.node,
                     "cpus": sysfs.format_cpulist(n.cpus),
+                    "memory_mib": n.memory_mib,
                     "hugepages": {f"{kib}kB": {"free": f, "total": t} for kib, (f, t) in sorted(n.hugepages.items())},
                 }
                 for n in self.numa
@@ -146,15 +152,37 @@ def list_pci_devices(conn: Any) -> dict[PciAddress, PciDevice]:
     return devices
 
 
-def _caps_numa(conn: Any) -> dict[int, tuple[int, ...]]:
-    """NUMA cells and their CPUs from libvirt's host capabilities (empty when it reports none)."""
+# libvirt writes cell memory in KiB; the other units of its schema are taken too.
+_UNIT_BYTES = {"b": 1, "bytes": 1, "k": 1 << 10, "KiB": 1 << 10, "M": MIB, "MiB": MIB, "G": GIB, "GiB": GIB}
+
+
+def _caps_numa(conn: Any) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+    """NUMA cells with their CPUs and their memory in MiB from libvirt's host capabilities (empty when none)."""
     root = ET.fromstring(conn.getCapabilities())
-    cells = {}
+    cells, memory = {}, {}
     for cell in root.findall("host/topology/cells/cell"):
         cpus = tuple(sorted(int(c.get("id", "-1")) for c in cell.findall("cpus/cpu")))
-        if cpus:
-            cells[int(cell.get("id", "0"))] = cpus
-    return cells
+        if not cpus:
+            continue
+        node = int(cell.get("id", "0"))
+        cells[node] = cpus
+        size = cell.find("memory")
+        text = (size.text or "").strip() if size is not None else ""
+        unit = _UNIT_BYTES.get(size.get("unit", "KiB")) if size is not None else None
+        if text.isascii() and text.isdigit() and unit:
+            memory[node] = int(text) * unit // MIB
+    return cells, memory
+
+
+def _node_info(conn: Any) -> tuple[int | None, int | None]:
+    """(logical CPUs, memory MiB) from virNodeGetInfo; (None, None) when the driver does not say."""
+    libvirt = libvirt_module()
+    try:
+        info = conn.getInfo()
+    except libvirt.libvirtError:
+        return None, None
+    memory_mib, cpus = int(info[1]), int(info[2])
+    return (cpus if cpus > 0 else None), (memory_mib if memory_mib > 0 else None)
 
 
 def _gpu(device: PciDevice, devices: Mapping[PciAddress, PciDevice], root: Path | None) -> Gpu:
@@ -190,9 +218,17 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
     devices = list_pci_devices(conn)
     gpus = tuple(_gpu(d, devices, root) for addr, d in sorted(devices.items()) if d.is_nvidia_gpu)
 
-    cpus_by_node = _caps_numa(conn) or ((sysfs.numa_cpus(root) or {}) if root is not None else {})
+    cpus_by_node, memory_by_node = _caps_numa(conn)
+    if not cpus_by_node and root is not None:
+        cpus_by_node = sysfs.numa_cpus(root) or {}
+    if root is not None and not memory_by_node:
+        memory_by_node = sysfs.numa_memory(root) or {}
     pages = (sysfs.hugepages(root) or {}) if root is not None else {}
-    numa = tuple(NumaNode(node=n, cpus=cpus, hugepages=pages.get(n, {})) for n, cpus in sorted(cpus_by_node.items()))
+    numa = tuple(
+        NumaNode(node=n, cpus=cpus, hugepages=pages.get(n, {}), memory_mib=memory_by_node.get(n))
+        for n, cpus in sorted(cpus_by_node.items())
+    )
+    host_cpus, host_memory = _node_info(conn)
 
     iommu = sysfs.iommu_enabled(root) if root is not None else None
     if iommu is None and any(d.iommu_group is not None for d in devices.values()):
@@ -206,4 +242,6 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
         vfio_modules=sysfs.vfio_modules(root) if root is not None else None,
         kernel_cmdline=sysfs.kernel_cmdline(root) if root is not None else None,
         facts_root=root,
+        cpus=host_cpus or (sum(len(n.cpus) for n in numa) or None),
+        memory_mib=host_memory,
     )

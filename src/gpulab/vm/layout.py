@@ -14,12 +14,12 @@ from gpulab.errors import GpulabError
 from gpulab.vm.host import GIB, Gpu, Host
 from gpulab.vm.nodedev import PciDevice
 from gpulab.vm.pci import PciAddress
-from gpulab.vm.spec import VmSpec
+from gpulab.vm.spec import MAX_GPU_COUNT, VmSpec
 from gpulab.vm.sysfs import format_cpulist
 
 # OVMF's default 64-bit PCI aperture; GPUs whose BARs add up to more need a larger window.
 OVMF_DEFAULT_MMIO64 = 32 * GIB
-MAX_GPUS = 16  # one root port per GPU on the slots 0x10-0x1f of the guest's root complex
+MAX_GPUS = MAX_GPU_COUNT  # one root port per GPU on the slots 0x10-0x1f of the guest's root complex
 _GPU_SLOT0 = 0x10
 _EXPANDER_SLOT0 = 0x08
 _EXPANDER_BUS0 = 0x80  # bus numbers behind pxb-pcie j start at 0x80 + 0x10*j, clear of the root complex's

@@ -10,8 +10,8 @@ from gpulab.errors import GpulabError
 NVIDIA_VENDOR = 0x10DE
 
 # "0000:3b:00.0" or the short "3b:00.0" (domain 0), case-insensitive.
-_ADDRESS = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])$"
+_ADDRESS = re.compile(  # used with fullmatch: `$` would also take a trailing newline
+    r"(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])"
 )
 
 # PCI base class / sub-class names for the devices a GPU host shows (PCI Code and ID Assignment spec).
@@ -54,7 +54,7 @@ class PciAddress:
     @classmethod
     def parse(cls, text: str) -> PciAddress:
         """'0000:3b:00.0' or '3b:00.0' -> PciAddress; anything else is a GpulabError showing the forms."""
-        m = _ADDRESS.match(text.strip())
+        m = _ADDRESS.fullmatch(text.strip())
         if m is None:
             raise GpulabError(
                 f"{text!r} is not a PCI address; write it as 0000:3b:00.0 (domain:bus:slot.function) or 3b:00.0."
@@ -68,7 +68,7 @@ class PciAddress:
 
     @classmethod
     def looks_like(cls, text: str) -> bool:
-        return _ADDRESS.match(text.strip()) is not None
+        return _ADDRESS.fullmatch(text.strip()) is not None
 
     @classmethod
     def from_nodedev_name(cls, name: str) -> PciAddress | None:

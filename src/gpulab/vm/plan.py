@@ -82,8 +82,12 @@ class Plan:
         return e is not None and e.rendered_digest == self.rendered_digest and e.untouched
 
     def raise_for_failures(self) -> None:
-        if self.failures:
-            lines = "\n".join(f"- [{c.name}] {c.message}" for c in self.failures)
+        failures = self.failures
+        if len(failures) == 1:  # one reason, one line
+            c = failures[0]
+            raise GpulabError(f"VM {self.spec.name} cannot be defined on {self.host.uri}: [{c.name}] {c.message}")
+        if failures:
+            lines = "\n".join(f"- [{c.name}] {c.message}" for c in failures)
             raise GpulabError(f"VM {self.spec.name} cannot be defined on {self.host.uri}:\n{lines}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +184,60 @@ def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> 
                 )
             )
     return checks
+
+
+def _mib(value: int) -> str:
+    return f"{value} MiB ({value / 1024:.1f} GiB)"
+
+
+def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
+    """Guest memory against the host's, and per NUMA node when it is bound to nodes (like the hugepages).
+
+    Passed-through GPUs make QEMU pin all guest memory, and memory bound `strict` to a node cannot spill over,
+    so neither can be overcommitted.
+    """
+    if host.memory_mib is not None and spec.memory_mib > host.memory_mib:
+        return [
+            Check(
+                "memory",
+                FAIL,
+                f"memory_mib {_mib(spec.memory_mib)} is more than this host has, {_mib(host.memory_mib)}; "
+                f"lower memory_mib below {host.memory_mib}, leaving room for the host.",
+            )
+        ]
+    short = []
+    for node, mib in sorted(layout.memory_per_node_mib.items()):
+        numa = host.numa_node(node)
+        if numa is not None and numa.memory_mib is not None and mib > numa.memory_mib:
+            short.append(f"NUMA node {node} has {_mib(numa.memory_mib)}, the VM needs {_mib(mib)} there")
+    if short:
+        return [
+            Check(
+                "memory",
+                FAIL,
+                f"{'; '.join(short)}. Lower memory_mib, choose GPUs on more NUMA nodes (the memory is split over "
+                "theirs), or set numa_pinning: false.",
+            )
+        ]
+    if host.memory_mib is None:
+        return [Check("memory", WARN, f"the host's memory is unknown here; the VM needs {_mib(spec.memory_mib)}.")]
+    return [Check("memory", OK, f"{_mib(spec.memory_mib)} of the host's {_mib(host.memory_mib)}")]
+
+
+def _vcpu_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
+    """Pinned vCPUs were fitted to their nodes' CPUs by the layout; floating ones may outnumber the host's."""
+    if layout.pins or host.cpus is None:
+        return []
+    if spec.vcpus > host.cpus:
+        return [
+            Check(
+                "vcpus",
+                WARN,
+                f"{spec.vcpus} vCPUs on a host with {host.cpus} CPUs: they take turns on the CPUs (overcommit), so "
+                f"each runs slower and the guest may report soft lockups; lower vcpus to at most {host.cpus}.",
+            )
+        ]
+    return [Check("vcpus", OK, f"{spec.vcpus} vCPUs of the host's {host.cpus} CPUs, not pinned")]
 
 
 def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
@@ -337,6 +395,8 @@ def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = 
     checks = _passthrough_checks(host, gpus, extra)
     checks += [Check("layout", OK, note) for note in layout.notes]
     checks += [Check("layout", WARN, warning) for warning in layout.warnings]
+    checks += _vcpu_checks(host, spec, layout)
+    checks += _memory_checks(host, spec, layout)
     checks += _hugepage_checks(host, spec, layout)
     checks += _file_checks(host, spec)
     checks += _network_checks(conn, spec)

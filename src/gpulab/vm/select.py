@@ -1,6 +1,6 @@
 """Turn what a user means ("4x10de:15f8", "all", "3b:00.0,3c:00.0", "2xP100") into the host's GPUs.
 
-Every miss is a GpulabError that lists what the host has, the way virt-install answers "did not find a
+Every miss is a one-line GpulabError that lists what the host has, the way virt-install answers "did not find a
 matching node device".
 """
 
@@ -18,17 +18,33 @@ SELECTOR_FORMS = (
     "'all', 'none', a count ('2'), a model or PCI id ('P100', '10de:15f8': every such GPU), "
     "a count of them ('4x10de:15f8', '2xP100'), or PCI addresses ('0000:3b:00.0,3c:00.0')"
 )
-_COUNT = re.compile(r"^(?P<count>\d+)\s*[x×*]\s*(?P<what>.+)$", re.IGNORECASE)
+# Used with fullmatch. A count is taken in any numeric form so that '-1xP100' or '1.5xP100' is refused as a count,
+# not looked up as a model; ASCII digits only ('²'.isdigit() is true, but int('²') fails).
+_NUMBER = r"[-+]?[0-9]+(?:\.[0-9]*)?"
+_COUNT = re.compile(rf"(?P<count>{_NUMBER})[ \t]*[x×*][ \t]*(?P<what>.+)", re.IGNORECASE)
+_PLAIN_COUNT = re.compile(_NUMBER)
 
 
 def host_gpu_listing(host: Host) -> str:
+    """What the host has, on one line (an error stays one line)."""
     if not host.gpus:
         return f"this host has no NVIDIA GPUs ({len(host.devices)} PCI devices in libvirt's node-device list)"
-    lines = [f"this host has {len(host.gpus)} NVIDIA GPU{'s' if len(host.gpus) != 1 else ''}:"]
+    items = []
     for gpu in host.gpus:
         numa = f"NUMA node {gpu.numa_node}" if gpu.numa_node is not None else "NUMA node unknown"
-        lines.append(f"  {gpu.address}  {gpu.name} ({gpu.device.pci_id}), {numa}")
-    return "\n".join(lines)
+        items.append(f"{gpu.address} {gpu.name} ({gpu.device.pci_id}, {numa})")
+    return f"this host has {len(host.gpus)} NVIDIA GPU{'s' if len(host.gpus) != 1 else ''}: {'; '.join(items)}"
+
+
+def _count(term: str, text: str) -> int:
+    if not text.isdigit():
+        raise GpulabError(
+            f"GPU selector {term!r}: {text} is not a GPU count; ask for a whole number of at least 1, or use 'none'."
+        )
+    count = int(text)
+    if count < 1:
+        raise GpulabError(f"GPU selector {term!r} asks for {count} GPUs; ask for at least 1, or use 'none'.")
+    return count
 
 
 def _terms(selector: str | Sequence[str]) -> list[str]:
@@ -49,7 +65,7 @@ def _by_address(host: Host, terms: list[str]) -> list[Gpu]:
         if gpu is None:
             device = host.devices.get(address)
             if device is None:
-                raise GpulabError(f"no PCI device {address} on this host.\n{host_gpu_listing(host)}")
+                raise GpulabError(f"no PCI device {address} on this host; {host_gpu_listing(host)}.")
             owner = next((g for g in host.gpus if device in g.companions), None)
             if owner is not None:
                 raise GpulabError(
@@ -57,8 +73,8 @@ def _by_address(host: Host, terms: list[str]) -> list[Gpu]:
                     "functions come with it."
                 )
             raise GpulabError(
-                f"{device.describe()} is not an NVIDIA GPU; pass other PCI devices with `extra_hostdevs`.\n"
-                f"{host_gpu_listing(host)}"
+                f"{device.describe()} is not an NVIDIA GPU; pass other PCI devices with `extra_hostdevs`; "
+                f"{host_gpu_listing(host)}."
             )
         if gpu in chosen:
             raise GpulabError(f"GPU {address} is selected twice; name each GPU once.")
@@ -75,7 +91,7 @@ def _pci_ids_for(what: str, host: Host) -> tuple[set[str], str]:
     if spec is None:
         raise GpulabError(
             f"unknown GPU model {what!r}: use a name or alias from `gpulab matrix gpus` ('P100', 'NVIDIA H200') "
-            f"or a PCI id ('10de:15f8').\n{host_gpu_listing(host)}"
+            f"or a PCI id ('10de:15f8'); {host_gpu_listing(host)}."
         )
     return set(spec.pci_ids), spec.name
 
@@ -95,6 +111,11 @@ def _compact(candidates: list[Gpu], count: int) -> list[Gpu]:
 def select_gpus(host: Host, selector: str | Sequence[str] | None) -> list[Gpu]:
     """The GPUs `selector` names on `host`, in a stable order (host address order, or as listed)."""
     terms = _terms(selector) if selector is not None else []
+    if selector is not None and not terms:  # `--gpus ''` is more likely an unset variable than "no GPU"
+        raise GpulabError(
+            f"GPU selector {selector!r} is empty; write one such as 'all', '2xP100' or '0000:3b:00.0', "
+            "or 'none' for no GPU."
+        )
     if not terms or [t.lower() for t in terms] == ["none"]:
         return []
     if all(PciAddress.looks_like(t) for t in terms):
@@ -107,26 +128,24 @@ def select_gpus(host: Host, selector: str | Sequence[str] | None) -> list[Gpu]:
             raise GpulabError(f"--gpus all: {host_gpu_listing(host)}.")
         return list(host.gpus)
 
-    m = _COUNT.match(term)
+    m = _COUNT.fullmatch(term)
     count: int | None
-    if term.isdigit():
-        count, ids, label = int(term), {g.device.pci_id for g in host.gpus}, "NVIDIA GPU"
+    if _PLAIN_COUNT.fullmatch(term):
+        count, ids, label = _count(term, term), {g.device.pci_id for g in host.gpus}, "NVIDIA GPU"
     elif m and normalize_pci_id(term) is None:  # "0x10de:15f8" is an id, not "0 x 10de:15f8"
-        count = int(m.group("count"))
+        count = _count(term, m.group("count"))
         ids, label = _pci_ids_for(m.group("what").strip(), host)
     else:
         count = None
         ids, label = _pci_ids_for(term, host)
     candidates = [g for g in host.gpus if g.device.pci_id in ids]
-    if count is not None and count < 1:
-        raise GpulabError(f"GPU selector {term!r} asks for {count} GPUs; ask for at least 1, or use 'none'.")
     if not candidates:
-        raise GpulabError(f"no {label} on this host (selector {term!r}).\n{host_gpu_listing(host)}")
+        raise GpulabError(f"no {label} on this host (selector {term!r}); {host_gpu_listing(host)}.")
     if count is None:
         return candidates
     if count > len(candidates):
         raise GpulabError(
-            f"selector {term!r} asks for {count} x {label}, but this host has {len(candidates)}.\n"
-            f"{host_gpu_listing(host)}"
+            f"selector {term!r} asks for {count} x {label}, but this host has {len(candidates)}; ask for at most "
+            f"{len(candidates)}; {host_gpu_listing(host)}."
         )
     return sorted(_compact(candidates, count), key=lambda g: g.address)

@@ -15,16 +15,32 @@ from typing import Any
 import yaml
 
 from gpulab.errors import GpulabError
+from gpulab.paths import read_input_text, shown
+from gpulab.vm.pci import PciAddress
 
 DOMAIN_TYPES = ("kvm", "qemu")
 CPU_MODES = ("host-passthrough", "maximum", "host-model")
 FIRMWARES = ("efi", "bios")
 HUGEPAGE_SIZES = {"2M": 2048, "1G": 1048576}
 DEFAULT_IMAGE_DIR = Path("/var/lib/libvirt/images")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_SSH_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)\s+[A-Za-z0-9+/=]+(\s.*)?$")
+MAX_VCPUS = 1024  # x86 KVM's KVM_MAX_VCPUS, and what recent QEMU's q35 machine takes
+MAX_MEMORY_MIB = 64 * 1024 * 1024  # 64 TiB; the host check then holds it to what the host has
+MAX_DISK_GIB = 1024 * 1024  # 1 PiB: far past any disk, well inside qcow2's 2 PiB with 64 KiB clusters
+MAX_MMIO_WINDOW_GIB = 1024 * 1024  # 2^50 bytes: with guest RAM below it, still inside 52 physical address bits
+MAX_GPU_COUNT = 16  # passed-through devices: one guest root port each, on slots 0x10-0x1f (see layout.py)
+MAX_CMDLINE = 2047  # x86 COMMAND_LINE_SIZE is 2048 bytes with the terminating NUL
+MAX_KEY_LINE = 16384  # OpenSSH's SSH_MAX_PUBKEY_BYTES; no real key line comes near it
+MAX_SPEC_BYTES = 1024 * 1024  # a spec is a few hundred bytes; this only stops /dev/zero-like inputs
+# Every pattern is used with fullmatch: `$` would also accept a trailing newline ("vm1\n").
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_SSH_KEY = re.compile(
+    r"(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-(?:ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+    r"[ \t]+[A-Za-z0-9+/]+={0,2}(?:[ \t]+[^\x00-\x1f\x7f]*)?"
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAME_RULE = "ASCII letters, digits, '_', '.', '-'; starts with a letter or digit; up to 63"
 
 
 @dataclass(frozen=True)
@@ -156,10 +172,14 @@ class _Reader:
         return value
 
     def path(self, value: Any, key: str) -> Path | None:
-        if not isinstance(value, str) or not value.strip():
-            self.fail(key, f"{value!r} is not a path.")
+        if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
+            self.fail(key, f"{value!r} is not a path (text without control characters such as newlines).")
             return None
-        path = Path(value).expanduser()
+        try:
+            path = Path(value).expanduser()
+        except RuntimeError:  # ~someone with no such user
+            self.fail(key, f"{value!r}: cannot expand its ~; write the path out.")
+            return None
         return path if path.is_absolute() else (self.base_dir / path).resolve()
 
     def mapping(self, key: str) -> dict[str, Any] | None:
@@ -181,14 +201,20 @@ def _gpus(r: _Reader) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        r.fail("gpus", "write a selector such as 'all', '4x10de:15f8' or '0000:3b:00.0', not true/false.")
+        r.fail("gpus", f"{value!r} is not a GPU selector; write one such as 'all', '4x10de:15f8' or '0000:3b:00.0'.")
         return None
     if isinstance(value, int):
+        if not 1 <= value <= MAX_GPU_COUNT:
+            r.fail("gpus", f"{value} is not a GPU count from 1 to {MAX_GPU_COUNT}; write 'none' for no GPU.")
+            return None
         return str(value)
     if isinstance(value, str):
+        if not value.strip():
+            r.fail("gpus", "is empty; write a selector such as 'all' or '2xP100', or 'none' for no GPU.")
+            return None
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value)
+        return ",".join(value) if value else None
     r.fail("gpus", f"{value!r} is not a GPU selector; write e.g. 'all', '4x10de:15f8' or a list of PCI addresses.")
     return None
 
@@ -200,12 +226,12 @@ def _disk(r: _Reader) -> DiskSpec | None:
     r.unknown(raw, ("base", "path", "dir", "size_gib", "format"), "disk.")
     base = r.path(raw["base"], "disk.base") if "base" in raw else None
     path = r.path(raw["path"], "disk.path") if "path" in raw else None
-    if (base is None) == (path is None):
+    if ("base" in raw) == ("path" in raw):  # by key: a bad value is reported once, by r.path
         r.fail("disk", "give exactly one of `base` (an image to overlay) or `path` (a disk to use as it is).")
     directory = r.path(raw["dir"], "disk.dir") if "dir" in raw else DEFAULT_IMAGE_DIR
     size = raw.get("size_gib")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        r.fail("disk.size_gib", f"{size!r} is not a whole number of GiB >= 1.")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_DISK_GIB):
+        r.fail("disk.size_gib", f"{size!r} is not a whole number of GiB from 1 to {MAX_DISK_GIB}.")
         size = None
     if size is not None and base is None:
         r.fail("disk.size_gib", "only applies to an overlay on `base`; resize a given `path` disk yourself.")
@@ -224,16 +250,24 @@ def _cloud_init(r: _Reader, vm_name: str) -> CloudInitSpec | None:
         return None
     r.unknown(raw, ("hostname", "user", "ssh_authorized_keys", "ssh_authorized_key_files"), "cloud_init.")
     hostname = raw.get("hostname", vm_name.replace("_", "-").replace(".", "-"))
-    if not isinstance(hostname, str) or not _HOSTNAME.match(hostname):
-        r.fail("cloud_init.hostname", f"{hostname!r} is not a host name (letters, digits, '-'; up to 63).")
+    if not isinstance(hostname, str) or not _HOSTNAME.fullmatch(hostname):
+        r.fail(
+            "cloud_init.hostname",
+            f"{hostname!r} is not a host name (ASCII letters, digits and '-', not at either end; up to 63).",
+        )
     user = raw.get("user", "gpulab")
-    if not isinstance(user, str) or not _USER.match(user):
-        r.fail("cloud_init.user", f"{user!r} is not a Linux user name (lower case, digits, '_', '-').")
+    if not isinstance(user, str) or not _USER.fullmatch(user):
+        r.fail(
+            "cloud_init.user",
+            f"{user!r} is not a Linux user name (a lower-case ASCII letter or '_', then lower case, digits, "
+            "'_', '-'; up to 32).",
+        )
     keys: list[str] = []
     listed = raw.get("ssh_authorized_keys", [])
     if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
         r.fail("cloud_init.ssh_authorized_keys", "must be a list of public key lines ('ssh-ed25519 AAAA... user').")
         listed = []
+    # Surrounding whitespace is dropped (a YAML block scalar ends in a newline); inside, none is allowed.
     keys.extend(k.strip() for k in listed)
     files = raw.get("ssh_authorized_key_files", [])
     if not isinstance(files, list):
@@ -244,12 +278,19 @@ def _cloud_init(r: _Reader, vm_name: str) -> CloudInitSpec | None:
         if path is None:
             continue
         try:
-            keys.extend(line.strip() for line in path.read_text().splitlines() if line.strip())
-        except OSError as err:
-            r.fail("cloud_init.ssh_authorized_key_files", f"cannot read {path}: {err.strerror or err}.")
+            text = read_small_text(path, "SSH public key file")
+        except GpulabError as err:
+            r.fail("cloud_init.ssh_authorized_key_files", f"{err}; give the .pub file of an OpenSSH key.")
+            continue
+        keys.extend(line.strip() for line in text.splitlines() if line.strip())
     for key in keys:
-        if not _SSH_KEY.match(key):
-            r.fail("cloud_init.ssh_authorized_keys", f"{key[:40]!r}... is not an OpenSSH public key line.")
+        if len(key) > MAX_KEY_LINE or not _SSH_KEY.fullmatch(key):
+            shown = f"{key[:40]!r}..." if len(key) > 40 else repr(key)
+            r.fail(
+                "cloud_init.ssh_authorized_keys",
+                f"{shown} is not an OpenSSH public key line ('ssh-ed25519 AAAA... comment', one line); "
+                "copy it from the .pub file.",
+            )
     if not keys:
         r.fail("cloud_init", "needs at least one SSH public key (ssh_authorized_keys or ssh_authorized_key_files).")
     return CloudInitSpec(hostname=str(hostname), user=str(user), ssh_authorized_keys=tuple(keys))
@@ -260,14 +301,17 @@ def _network(r: _Reader) -> NetworkSpec | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if not _NAME.fullmatch(value):
+            r.fail("network", f"{value!r} is not a network name ({_NAME_RULE}).")
+            return None
         return NetworkSpec(name=value)
     raw = r.mapping("network")
     if raw is None:
         return None
     r.unknown(raw, ("name", "address"), "network.")
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        r.fail("network.name", f"{name!r} is not a network name (letters, digits, '_', '.', '-').")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        r.fail("network.name", f"{name!r} is not a network name ({_NAME_RULE}).")
         return None
     address = raw.get("address")
     if address is None:
@@ -294,8 +338,11 @@ def _kernel_boot(r: _Reader) -> KernelBoot | None:
     kernel = r.path(raw["kernel"], "kernel_boot.kernel")
     initrd = r.path(raw["initrd"], "kernel_boot.initrd") if raw.get("initrd") is not None else None
     cmdline = raw.get("cmdline", "")
-    if not isinstance(cmdline, str):
-        r.fail("kernel_boot.cmdline", "must be text, e.g. 'root=/dev/vda console=ttyS0'.")
+    if not isinstance(cmdline, str) or _CONTROL.search(cmdline) or len(cmdline) > MAX_CMDLINE:
+        r.fail(
+            "kernel_boot.cmdline",
+            f"must be one line of text of at most {MAX_CMDLINE} characters, e.g. 'root=/dev/vda console=ttyS0'.",
+        )
         cmdline = ""
     return None if kernel is None else KernelBoot(kernel=kernel, initrd=initrd, cmdline=cmdline)
 
@@ -303,15 +350,18 @@ def _kernel_boot(r: _Reader) -> KernelBoot | None:
 def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = None) -> VmSpec:
     """Check `data` (the parsed YAML) and build the spec; a GpulabError lists every problem."""
     if not isinstance(data, dict):
-        raise GpulabError(f"{where}: must be a mapping of keys (name, vcpus, memory_mib, ...); see docs/vm.md.")
+        got = "a list" if isinstance(data, list) else "text" if isinstance(data, str) else type(data).__name__
+        raise GpulabError(
+            f"{where}: must be a mapping of keys (name, vcpus, memory_mib, ...), not {got}; see docs/vm.md."
+        )
     r = _Reader(data, where, base_dir or Path.cwd())
     r.unknown(data, _KEYS, "")
     name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        r.fail("name", f"{name!r} is not a VM name (letters, digits, '_', '.', '-'; up to 63; starts alphanumeric).")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        r.fail("name", f"{name!r} is not a VM name ({_NAME_RULE}).")
         name = "invalid"
-    vcpus = r.required_int("vcpus", 1, 1024)
-    memory = r.required_int("memory_mib", 256, 64 * 1024 * 1024)
+    vcpus = r.required_int("vcpus", 1, MAX_VCPUS)
+    memory = r.required_int("memory_mib", 256, MAX_MEMORY_MIB)
     domain_type = r.choice("domain_type", DOMAIN_TYPES, "kvm")
     cpu_mode = r.choice("cpu_mode", CPU_MODES, "host-passthrough" if domain_type == "kvm" else "maximum")
     if domain_type == "qemu" and cpu_mode in ("host-passthrough", "host-model"):
@@ -323,8 +373,13 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     mmio = data.get("mmio_window_gib", "auto")
     if mmio == "auto":
         mmio = None
-    elif isinstance(mmio, bool) or not isinstance(mmio, int) or mmio < 0 or mmio & (mmio - 1):
-        r.fail("mmio_window_gib", f"{mmio!r} is not 'auto' or a power of two in GiB (0 turns the setting off).")
+    elif (
+        isinstance(mmio, bool) or not isinstance(mmio, int) or not 0 <= mmio <= MAX_MMIO_WINDOW_GIB or mmio & (mmio - 1)
+    ):
+        r.fail(
+            "mmio_window_gib",
+            f"{mmio!r} is not 'auto' or a power of two in GiB up to {MAX_MMIO_WINDOW_GIB} (0 turns the setting off).",
+        )
         mmio = None
     clique = data.get("p2p_clique")
     if clique is not None and (isinstance(clique, bool) or not isinstance(clique, int) or not 0 <= clique <= 15):
@@ -334,6 +389,11 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
         r.fail("extra_hostdevs", "must be a list of PCI addresses ('0000:07:00.0').")
         extra = []
+    for item in extra:
+        try:
+            PciAddress.parse(item)
+        except GpulabError as err:
+            r.fail("extra_hostdevs", str(err))
     console_log = r.path(data["console_log"], "console_log") if data.get("console_log") is not None else None
     spec = VmSpec(
         name=name,
@@ -358,19 +418,41 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     )
     if spec.cloud_init is not None and spec.disk is None:
         r.fail("cloud_init", "needs a `disk` (the seed image goes next to it in disk.dir).")
+    if len(r.problems) == 1:  # one problem, one line
+        raise GpulabError(f"{where}: {r.problems[0]}")
     if r.problems:
         raise GpulabError(f"{where} has {len(r.problems)} problem(s):\n  " + "\n  ".join(r.problems))
     return spec
 
 
+def read_small_text(path: Path, what: str, limit: int = MAX_SPEC_BYTES) -> str:
+    """The UTF-8 text of the regular file `path` (a `what`), at most `limit` bytes; else a one-line GpulabError."""
+    return read_input_text(path, what, limit=limit)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: the problem and where it is."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    first = (str(err).strip().splitlines() or ["unreadable"])[0].rstrip(":")
+    position = getattr(err, "position", None)  # a reader error: a character YAML does not allow
+    return first + (f" at character {position + 1}" if isinstance(position, int) else "")
+
+
 def load_spec(path: Path) -> VmSpec:
-    """Read and check a VM spec file."""
+    """Read and check a VM spec file: a regular UTF-8 file holding one YAML (or JSON) mapping."""
+    where = f"VM spec {shown(Path(path))}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise GpulabError(f"cannot read VM spec {path}: {err.strerror or err}.") from err
+        text = read_small_text(Path(path), "VM spec")
+    except GpulabError as err:
+        raise GpulabError(f"{err}; give the path of a VM spec file (YAML, see docs/vm.md).") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise GpulabError(f"VM spec {path} is not valid YAML: {err}") from err
-    return spec_from_dict(data, where=f"VM spec {path}", base_dir=Path(path).resolve().parent)
+        raise GpulabError(f"{where} is not valid YAML: {_yaml_problem(err)}; fix it (see docs/vm.md).") from None
+    except RecursionError:
+        raise GpulabError(f"{where} is nested too deeply to be a VM spec; see docs/vm.md.") from None
+    if data is None:
+        raise GpulabError(f"{where} is empty; write a mapping of keys (name, vcpus, memory_mib, ...), see docs/vm.md.")
+    return spec_from_dict(data, where=where, base_dir=Path(path).resolve().parent)

@@ -92,6 +92,20 @@ def numa_cpus(root: Path) -> dict[int, tuple[int, ...]] | None:
     return found or None
 
 
+def numa_memory(root: Path) -> dict[int, int] | None:
+    """{node: MiB} from the "Node N MemTotal: X kB" line of /sys/devices/system/node/node*/meminfo."""
+    nodes_dir = root / "sys/devices/system/node"
+    if not nodes_dir.is_dir():
+        return None
+    found = {}
+    for path in nodes_dir.glob("node[0-9]*"):
+        for line in (_text(path / "meminfo") or "").splitlines():
+            fields = line.split()
+            if len(fields) >= 4 and fields[2] == "MemTotal:" and fields[3].isascii() and fields[3].isdigit():
+                found[int(path.name[4:])] = int(fields[3]) // 1024
+    return found or None
+
+
 def hugepages(root: Path) -> dict[int, dict[int, tuple[int, int]]] | None:
     """{node: {page_kib: (free, total)}} from /sys/devices/system/node/node*/hugepages."""
     nodes_dir = root / "sys/devices/system/node"
