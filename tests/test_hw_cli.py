@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
+from capture_edits import P100_XML, with_versions, write
 from gpulab.errors import GpulabError
+from gpulab.hw import discover
 from gpulab.hw.commands import add_commands
 from gpulab.hw.discover import fingerprint
+from gpulab.hw.host import host_info
 from gpulab.hw.model import Fingerprint
 from gpulab.hw.render import render
 
@@ -42,6 +48,8 @@ def test_info_json_from_capture_round_trips(capsys):
     assert fp.software.cuda_driver_version == "13.0"
     assert fp.topology[0] == ["X", "NV18", "NV18", "NV18"]
     assert fp.gpu_absent_reason is None
+    assert fp.host is None and data["host"] is None
+    assert fp.captured_from == [str(XML), str(TOPO)]
 
 
 def test_info_missing_from_file(tmp_path):
@@ -79,3 +87,60 @@ def test_render_marks_degraded_link_and_absent_reason():
     console = Console(record=True, width=160)
     render(empty, console)
     assert "no NVIDIA GPU/driver found: no NVIDIA GPU on the PCI bus" in console.export_text()
+
+
+def strings(value: Any) -> set[str]:
+    """Every string value in a JSON document."""
+    if isinstance(value, dict):
+        return set().union(*(strings(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(strings(v) for v in value)) if value else set()
+    return {value} if isinstance(value, str) else set()
+
+
+@pytest.fixture
+def capture_2017(tmp_path):
+    return write(tmp_path / "p100-375.xml", with_versions(P100_XML.read_text(), "375.66", "8.0"))
+
+
+def test_info_json_from_capture_holds_nothing_of_this_machine(capsys, monkeypatch, capture_2017):
+    here = host_info()
+    mine = {here.hostname, socket.gethostname(), sys.version.split()[0]} | (
+        {here.cpu.model} if here.cpu.model else set()
+    )
+
+    def this_machine(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a capture must not be described with this machine's facts")
+
+    monkeypatch.setattr(discover, "host_info", this_machine)
+    monkeypatch.setattr(discover, "software_info", this_machine)
+    assert run(["info", "--json", "--from", str(capture_2017)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["host"] is None
+    assert data["software"] == {
+        "driver_version": "375.66",
+        "cuda_driver_version": "8.0",
+        "toolkits": None,
+        "nvcc_version": None,
+        "cudnn_version": None,
+        "nccl_version": None,
+        "python": None,
+        "frameworks": None,
+        "env": None,
+    }
+    assert data["captured_from"] == [str(capture_2017)]
+    assert [g["numa_node"] for g in data["gpus"]] == [None, None]
+    assert strings(data) & mine == set()
+    assert not any("/usr/local/cuda" in s for s in strings(data))
+
+
+def test_info_text_from_capture_says_not_captured(capture_2017):
+    console = Console(record=True, width=200)
+    render(fingerprint(smi_xml=capture_2017), console)
+    out = console.export_text()
+    assert f"Host (captured: {capture_2017})" in out
+    rows = {" ".join(line.replace("│", " ").split()) for line in out.splitlines()}
+    for row in ("Host", "CPU", "Memory", "CUDA toolkits", "cuDNN", "Python", "Frameworks", "Environment"):
+        assert f"{row} not captured" in rows
+    assert "375.66 (CUDA 8.0 supported)" in out
+    assert "GPU topology: not captured" in out

@@ -133,6 +133,14 @@ def test_decoding_with_stand_in_binding(tmp_path):
     assert result.topology == [["X", "NV18"], ["NV18", "X"]]
 
 
+def test_throttle_reasons_not_supported_are_not_reported(tmp_path):
+    nv = fake_binding(nvmlDeviceGetCurrentClocksThrottleReasons=not_supported)
+    g0 = nvml.query(nv, root=tmp_path).gpus[0]
+    assert g0.throttle_reasons is None  # neither call answered: not "no reason active"
+    quiet = nvml.query(fake_binding(nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0), root=tmp_path)
+    assert quiet.gpus[0].throttle_reasons == []
+
+
 def test_missing_functions_and_pcie_topology(tmp_path):
     nv = fake_binding(nvmlDeviceGetNvLinkState=not_supported, nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 20)
     del nv.nvmlSystemGetCudaDriverVersion_v2  # older binding

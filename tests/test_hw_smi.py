@@ -190,6 +190,31 @@ def test_legacy_xml_layout():
     assert g.architecture is None and g.memory_total_mib is None
 
 
+def test_throttle_reasons_all_na_or_absent_are_not_reported():
+    all_na = LEGACY.replace(">Active<", ">N/A<").replace(">Not Active<", ">N/A<")
+    assert parse_smi_xml_text(all_na)[2][0].throttle_reasons is None
+    absent = LEGACY.split("<clocks_throttle_reasons>")[0] + LEGACY.split("</clocks_throttle_reasons>")[1]
+    assert parse_smi_xml_text(absent)[2][0].throttle_reasons is None
+    # All stated and none active is a real "none", which the idle check may pass.
+    quiet = LEGACY.replace(">Active<", ">Not Active<")
+    assert parse_smi_xml_text(quiet)[2][0].throttle_reasons == []
+
+
+def test_driver_375_capture():
+    """A real 2017 capture (driver 375.66): no <cuda_version>, pre-R450 layouts throughout."""
+    driver, cuda, gpus = parse_smi_xml(FIX.parent / "p100x2-driver375" / "nvidia-smi-q-x.xml")
+    assert (driver, cuda) == ("375.66", None)
+    assert [g.bus_id for g in gpus] == ["0000:04:00.0", "0000:82:00.0"]
+    g = gpus[0]
+    assert g.pci_device_id == "10de:15f7" and g.architecture is None
+    assert g.throttle_reasons == ["gpu_idle"]
+    assert (g.ecc_enabled, g.ecc_errors.volatile_uncorrected, g.ecc_errors.aggregate_corrected) == (True, 0, 0)
+    r = g.retirement
+    assert (r.retired_double_bit, r.retired_pending, r.remap_pending) == (0, False, None)
+    assert (g.power_draw_w, g.power_limit_w, g.temperature_c) == (24.84, 250.0, 31.0)
+    assert g.persistence_mode is False and g.pcie.at_max is True
+
+
 def test_topo_matrix_all_nv18():
     topo = parse_topo(FIX / "nvidia-smi-topo-m.txt")
     assert len(topo.matrix) == 4

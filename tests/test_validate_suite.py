@@ -2,6 +2,7 @@
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from capture_edits import P100_XML, all_na, with_versions, write
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.discover import fingerprint
@@ -69,6 +71,7 @@ def test_captured_h200_is_judged_healthy(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = load_report(reports[0])
     assert len(report.fingerprint["gpus"]) == 4
+    assert report.fingerprint["host"] is None and report.fingerprint["software"]["driver_version"] == "580.159.04"
     names = {c.name for c in report.checks if c.status == "pass"}
     assert {f"health.pcie_link[{i}]" for i in range(4)} <= names
     assert {f"health.ecc[{i}]" for i in range(4)} <= names
@@ -97,7 +100,53 @@ def test_wrong_gpu_count_fails(tmp_path):
     proc, _ = run_validate(
         tmp_path, "--from-xml", str(FIX / "nvidia-smi-q-x.xml"), "--expect-gpus", "8", "-k", "gpu_count"
     )
-    assert proc.returncode == 1 and "expected 8 GPUs, NVML sees 4" in proc.stdout
+    assert proc.returncode == 1 and "expected 8 GPUs, the capture lists 4" in proc.stdout
+
+
+def test_2017_capture_is_judged_on_what_it_holds(tmp_path):
+    """Driver 375.66 with CUDA 8.0: judged on the capture, never on this machine's toolkit, CPU or name."""
+    xml = write(tmp_path / "p100-375.xml", with_versions(P100_XML.read_text(), "375.66", "8.0"))
+    proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "--expect-gpus", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert f"judged a capture: {xml}" in out
+    report = load_report(reports[0])
+    status = {c.name: c.status for c in report.checks}
+    # Persistence mode was off on that machine; nothing else fails.
+    assert {n for n, st in status.items() if st in ("fail", "error")} == {
+        "health.persistence[0]",
+        "health.persistence[1]",
+    }
+    messages = {c.name: c.message for c in report.checks}
+    assert status["health.driver_for_cuda"] == "skip"
+    assert "the captured driver's CUDA 8.0: CUDA 8.0 is unknown" in messages["health.driver_for_cuda"]
+    assert status["health.stack_supports_arch"] == "skip"
+    assert status["health.gpu_count"] == "pass" and status["health.pcie_link[1]"] == "pass"
+    # This machine's CPU is not the captured host's: no CPU rows, the CPU probes skipped as measuring here.
+    assert report.results == []
+    assert status["probes.cpu_memory_copy"] == "skip"
+    assert "which is not the captured host" in messages["probes.cpu_memory_copy"]
+    fp = report.fingerprint
+    assert fp["host"] is None and fp["captured_from"] == [str(xml)]
+    assert fp["software"]["toolkits"] is None and fp["software"]["frameworks"] is None
+    assert fp["software"]["python"] is None and fp["software"]["env"] is None
+    assert "captured_p100-375.xml" in reports[0].name
+    assert socket.gethostname() not in reports[0].name
+    raw = reports[0].read_text()
+    assert "/usr/local/cuda" not in raw and f'"{socket.gethostname()}"' not in raw
+
+
+def test_all_na_capture_passes_no_health_check(tmp_path):
+    xml = write(tmp_path / "all-na.xml", all_na((FIX / "nvidia-smi-q-x.xml").read_text()))
+    proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "-k", "health")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = {c.name: c for c in load_report(reports[0]).checks}
+    assert len(checks) == 4 + 5 * 4  # gpu_count, driver, stack, torch_sees_gpus; five per GPU
+    assert [name for name, c in checks.items() if c.status != "skip"] == []
+    assert "which is not the captured host" in checks.pop("health.torch_sees_gpus").message
+    assert "with nothing to compare" in checks.pop("health.gpu_count").message
+    src = f"the capture {xml}"
+    assert [c.message for c in checks.values() if f"not reported by {src}" not in c.message] == []
 
 
 @pytest.mark.parametrize(

@@ -30,24 +30,24 @@ def test_torch_sees_gpus(lab, verdict):
 @pytest.mark.gpu
 def test_pcie_link(lab, gpu, verdict, link_under_load):
     under_load = link_under_load(gpu) if gpu.pcie.at_max is False else None
-    verdict(health.pcie_link(gpu, under_load))
+    verdict(health.pcie_link(gpu, under_load, source=lab.source))
 
 
 @pytest.mark.gpu
-def test_ecc(gpu, verdict):
-    verdict(health.ecc(gpu))
+def test_ecc(lab, gpu, verdict):
+    verdict(health.ecc(gpu, source=lab.source))
 
 
 @pytest.mark.gpu
-def test_memory_retirement(gpu, verdict):
-    verdict(health.memory_retirement(gpu))
+def test_memory_retirement(lab, gpu, verdict):
+    verdict(health.memory_retirement(gpu, source=lab.source))
 
 
 @pytest.mark.gpu
-def test_persistence_mode(gpu, verdict):
-    verdict(health.persistence(gpu))
+def test_persistence_mode(lab, gpu, verdict):
+    verdict(health.persistence(gpu, source=lab.source))
 
 
 @pytest.mark.gpu
-def test_no_throttling_at_idle(gpu, verdict):
-    verdict(health.idle_throttle(gpu))
+def test_no_throttling_at_idle(lab, gpu, verdict):
+    verdict(health.idle_throttle(gpu, source=lab.source))

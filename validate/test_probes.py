@@ -20,6 +20,7 @@ def judged(lab, result, what):
     return judge.check(result, lab.record_result(result), what)
 
 
+@pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("threads", ["all", "1"])
 def test_cpu_matmul(lab, verdict, threads):
     before = torch.get_num_threads()
@@ -32,6 +33,7 @@ def test_cpu_matmul(lab, verdict, threads):
     verdict(judged(lab, result, "fp32 matmul"))
 
 
+@pytest.mark.live
 def test_cpu_memory_copy(lab, verdict):
     verdict(judged(lab, torch_probes.copy_bandwidth("cpu", torch_probes.CPU_SMALL), "host memory copy"))
 
@@ -119,6 +121,8 @@ def test_peer_access_where_linked(lab, verdict):
                 if not torch.cuda.can_device_access_peer(a, b):
                     missing.append(f"GPU {ga.index} -> GPU {gb.index} ({link})")
     evidence = {"pairs": checked}
+    if not topo:
+        verdict(Check("probe.p2p", "skip", f"GPU topology not reported by {lab.source}: linked pairs unknown"))
     if not checked:
         verdict(Check("probe.p2p", "skip", "no NVLink or shared-switch pairs: P2P not expected", evidence))
     if missing:

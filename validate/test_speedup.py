@@ -11,6 +11,7 @@ from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedu
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
 
 
+@pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
 def test_cpu(lab, verdict, workload, threads, workload_size):

@@ -21,6 +21,7 @@ def test_tensorflow_sees_gpus(lab, verdict):
     verdict(health.framework_sees_gpus(lab.fingerprint, "tensorflow", len(lab.gpus)))
 
 
+@pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
 def test_tf_cpu(lab, verdict, workload, threads, workload_size):

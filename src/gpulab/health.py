@@ -1,14 +1,21 @@
 """Health verdicts over a host fingerprint: each function returns one Check whose message names cause and fix.
 
 Pure functions of the Fingerprint (plus what the caller expects), so they run on captured fixtures in CI and
-on live NVML data in validate/.
+on live NVML data in validate/. A check passes only on positive evidence: a value its source did not report
+(N/A, absent, unknown) makes it skip with "... not reported by <source>", and what a capture cannot hold
+(toolkits, frameworks) with "... not captured".
 """
 
 from __future__ import annotations
 
+import re
+
 from gpulab import compat
-from gpulab.hw.model import Fingerprint, GpuInfo, PcieLink
+from gpulab.errors import GpulabError
+from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, PcieLink
 from gpulab.report.model import Check
+
+LIVE_SOURCE = "NVML"
 
 # Clock-event reasons that are expected and harmless on an idle GPU.
 BENIGN_IDLE_REASONS = frozenset({"gpu_idle", "applications_clocks_setting", "display_clocks_setting"})
@@ -30,121 +37,211 @@ def gpu_label(gpu: GpuInfo) -> str:
     return f"GPU {gpu.index} ({gpu.name}, {gpu.bus_id})"
 
 
+def reporter(fp: Fingerprint) -> str:
+    """What reported the GPU facts, as "not reported by ..." names it: NVML, or the capture file."""
+    if fp.is_capture:
+        return f"the capture {fp.gpu_source.removeprefix(CAPTURE_SOURCE_PREFIX)}"
+    return LIVE_SOURCE
+
+
+def _known_version(value: str | None) -> bool:
+    """A version string to judge with: "12.8", "2.11.0+cu130"; not None, "", "unknown" or "N/A"."""
+    return bool(value) and re.match(r"\d+\.\d+", value or "") is not None
+
+
 def gpu_count(fp: Fingerprint, expected: int | None, on_pci_bus: int | None = None) -> Check:
     """NVML sees the number of GPUs the inventory promises, and every NVIDIA GPU on the PCI bus."""
+    name = "health.gpu_count"
     found = len(fp.gpus)
-    ev = {"found": found, "expected": expected, "on_pci_bus": on_pci_bus}
+    seen = f"the capture lists {found}" if fp.is_capture else f"NVML sees {found}"
+    ev = {"found": found, "expected": expected, "on_pci_bus": on_pci_bus, "source": reporter(fp)}
     if expected is not None and found != expected:
         hint = (
             f"{on_pci_bus} are on the PCI bus, so the driver did not bring up the rest: see `dmesg | grep -i nvrm`"
             if on_pci_bus is not None and on_pci_bus > found
             else "check that every card is seated and powered, and for a VM that every GPU is passed through"
         )
-        return _fail("health.gpu_count", f"expected {expected} GPUs, NVML sees {found}; {hint}", **ev)
+        return _fail(name, f"expected {expected} GPUs, {seen}; {hint}", **ev)
     if on_pci_bus is not None and on_pci_bus > found:
         return _fail(
-            "health.gpu_count",
-            f"{on_pci_bus} NVIDIA GPUs on the PCI bus but NVML sees {found}: the driver failed on some of them "
+            name,
+            f"{on_pci_bus} NVIDIA GPUs on the PCI bus but {seen}: the driver failed on some of them "
             "(see `dmesg | grep -i nvrm`; a GPU bound to vfio-pci is expected only on a VM host)",
             **ev,
         )
-    return _ok("health.gpu_count", f"{found} GPUs visible to NVML", **ev)
+    agreed = [f"{expected} expected"] if expected is not None else []
+    if on_pci_bus == found:
+        agreed.append(f"{on_pci_bus} NVIDIA GPUs on the PCI bus")
+    if not agreed:
+        # A count with nothing to compare it to proves nothing: the missing GPU would not be listed either.
+        bus = "the PCI bus count is not captured" if fp.is_capture else "the PCI bus count is not reported"
+        return _skip(name, f"{seen} GPUs, with nothing to compare: no --expect-gpus given and {bus}", **ev)
+    return _ok(name, f"{seen} GPUs, matching " + " and ".join(agreed), **ev)
 
 
 def driver_supports_cuda(fp: Fingerprint) -> Check:
-    """The driver is new enough for every CUDA the host uses: the frameworks' builds and the toolkits."""
-    driver = fp.software.driver_version
+    """The driver is new enough for every CUDA the host uses: the frameworks' builds and the toolkits.
+
+    A capture holds neither, so its driver is checked against the CUDA version the capture itself reports,
+    never against this machine's toolkits.
+    """
     name = "health.driver_for_cuda"
+    sw = fp.software
+    src = reporter(fp)
+    driver = sw.driver_version
     if not driver:
-        return _skip(name, "no NVIDIA driver found")
+        return _skip(name, f"driver version not reported by {src}" + ("" if fp.is_capture else " (no NVIDIA driver)"))
     needs: dict[str, str] = {}
-    for fw in fp.software.frameworks:
-        if fw.built_cuda:
-            needs[f"{fw.name} {fw.version}"] = fw.built_cuda
-    for tk in fp.software.toolkits:
-        if tk.get("version"):
+    not_captured: list[str] = []
+    if fp.is_capture and _known_version(sw.cuda_driver_version):
+        needs[f"the captured driver's CUDA {sw.cuda_driver_version}"] = sw.cuda_driver_version or ""
+    if sw.frameworks is None:
+        not_captured.append("framework builds")
+    for fw in sw.frameworks or []:
+        if _known_version(fw.built_cuda):
+            needs[f"{fw.name} {fw.version}"] = fw.built_cuda or ""
+    if sw.toolkits is None:
+        not_captured.append("CUDA toolkits")
+    for tk in sw.toolkits or []:
+        if _known_version(tk.get("version")):
             needs[f"CUDA toolkit at {tk.get('path', '?')}"] = tk["version"]
+    absent = f"; {' and '.join(not_captured)} not captured" if not_captured else ""
     if not needs:
-        return _skip(name, "no CUDA build of a framework and no CUDA toolkit found to check the driver against")
-    problems = []
+        if fp.is_capture:
+            why = f"CUDA version not reported by {src}{absent}"
+        else:
+            why = "no CUDA build of a framework and no CUDA toolkit with a known version found"
+        return _skip(name, f"{why}: nothing to check driver {driver} against", driver=driver)
+    problems, unknown = [], []
     for who, cuda in sorted(needs.items()):
-        minimum = compat.min_driver_for_cuda(_major_minor(cuda))
+        try:
+            minimum = compat.min_driver_for_cuda(_major_minor(cuda))
+        except GpulabError as err:  # a CUDA the matrix does not know is not judged either way
+            unknown.append(f"{who}: {err}")
+            continue
         if _version_tuple(driver) < _version_tuple(minimum):
             problems.append(f"{who} needs CUDA {cuda}, which needs driver >= {minimum}")
+    ev = {"driver": driver, "needs": needs, "not_judged": unknown}
     if problems:
         return _fail(
             name,
             f"driver {driver} is too old: " + "; ".join(problems) + ". Fix: install a newer driver branch "
             "(`gpulab matrix plan --gpu <model>` names one) or use framework builds for an older CUDA",
-            driver=driver,
-            needs=needs,
+            **ev,
         )
-    return _ok(
-        name,
-        f"driver {driver} supports " + ", ".join(f"{k} (CUDA {v})" for k, v in needs.items()),
-        driver=driver,
-    )
+    if len(unknown) == len(needs):
+        return _skip(name, f"cannot judge driver {driver}: " + "; ".join(unknown) + absent, **ev)
+    judged = ", ".join(f"{k} (CUDA {v})" for k, v in needs.items() if not any(u.startswith(f"{k}:") for u in unknown))
+    notes = ("; not judged: " + "; ".join(unknown) if unknown else "") + absent
+    return _ok(name, f"driver {driver} supports {judged}{notes}", **ev)
 
 
 def stack_supports_gpus(fp: Fingerprint) -> Check:
-    """The driver, CUDA, cuDNN and framework builds all support each GPU model's architecture (the matrix)."""
+    """The driver, CUDA, cuDNN and framework builds all support each GPU model's architecture (the matrix).
+
+    Only components that are reported and known to the matrix are judged; the check skips when none is.
+    """
     name = "health.stack_supports_arch"
     if not fp.gpus:
         return _skip(name, fp.gpu_absent_reason or "no GPU")
-    torch = next((fw for fw in fp.software.frameworks if fw.name == "torch" and not fw.error), None)
-    tf = next((fw for fw in fp.software.frameworks if fw.name == "tensorflow" and not fw.error), None)
+    sw = fp.software
+    src = reporter(fp)
+    frameworks = sw.frameworks or []
+    torch = next((fw for fw in frameworks if fw.name == "torch" and not fw.error), None)
+    tf = next((fw for fw in frameworks if fw.name == "tensorflow" and not fw.error), None)
     cuda = (torch.built_cuda if torch else None) or (tf.built_cuda if tf else None)
+    offered: dict[str, str | None] = {
+        "driver": sw.driver_version if _known_version(sw.driver_version) else None,
+        "cuda": _major_minor(cuda) if cuda and _known_version(cuda) else None,
+        "cudnn": _major_minor(sw.cudnn_version) if sw.cudnn_version and _known_version(sw.cudnn_version) else None,
+        "torch": _release(torch.version) if torch and _known_version(torch.version) else None,
+        "tensorflow": _release(tf.version) if tf and _known_version(tf.version) else None,
+    }
+    not_judged: list[str] = []
+    if offered["driver"] is None:
+        not_judged.append(f"driver (not reported by {src})")
+    if sw.frameworks is None:
+        not_judged.append(f"CUDA, cuDNN and framework builds (not captured by {src})")
+    components: dict[str, str] = {}
+    for component, value in offered.items():
+        if value is None:
+            continue
+        # Alone, a component can only be wrong by being unknown to the matrix: that is no verdict on the GPU.
+        unknown = compat.check_stack(compat.Stack(**{component: value}))
+        if unknown:
+            not_judged.append(f"{component} {value} ({unknown[0].reason})")
+        else:
+            components[component] = value
     issues: list[str] = []
     stacks: dict[str, dict[str, str | None]] = {}
-    for model in sorted({g.name for g in fp.gpus}):
-        stack = compat.Stack(
-            gpu=model,
-            driver=fp.software.driver_version,
-            cuda=_major_minor(cuda) if cuda else None,
-            cudnn=_major_minor(fp.software.cudnn_version) if fp.software.cudnn_version else None,
-            torch=_release(torch.version) if torch else None,
-            tensorflow=_release(tf.version) if tf else None,
-        )
+    for model in sorted({_model(g) for g in fp.gpus}):
+        if model.startswith("?"):
+            not_judged.append(f"GPU {model[1:]} (unknown to the compatibility matrix)")
+            continue
+        if not components:
+            continue
+        stack = compat.Stack(gpu=model, **components)
         stacks[model] = {k: v for k, v in vars(stack).items() if v}
         issues += [f"{model}: {i.component}: {i.reason} Fix: {i.fix}" for i in compat.check_stack(stack)]
+    ev = {"stacks": stacks, "not_judged": not_judged}
+    rest = "; not judged: " + "; ".join(not_judged) if not_judged else ""
     if issues:
-        return _fail(name, "; ".join(issues), stacks=stacks)
-    return _ok(name, "every GPU's architecture is supported by the installed stack", stacks=stacks)
+        return _fail(name, "; ".join(issues) + rest, **ev)
+    if not stacks:
+        return _skip(name, "cannot judge architecture support: " + "; ".join(not_judged), **ev)
+    judged = ", ".join(f"{k} {v}" for k, v in components.items())
+    return _ok(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}", **ev)
 
 
-def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None) -> Check:
+def _model(gpu: GpuInfo) -> str:
+    """The matrix's name for a GPU (by PCI id first: names vary by driver); "?<name>" when it has none."""
+    spec = (compat.gpu_by_pci_id(gpu.pci_device_id) if gpu.pci_device_id else None) or compat.gpu_by_name(gpu.name)
+    return spec.name if spec is not None else f"?{gpu.name}"
+
+
+def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LIVE_SOURCE) -> Check:
     """The link trains to its maximum generation and width.
 
     GPUs drop the link generation at idle to save power, so a low idle generation is judged again under load
-    (`under_load`, read while the GPU is busy) before it counts as a failure.
+    (`under_load`, read while the GPU is busy) before it counts as a failure; without that reading it skips.
     """
     name = f"health.pcie_link[{gpu.index}]"
-    link = under_load if (gpu.pcie.at_max is False and under_load is not None) else gpu.pcie
+    loaded = under_load if (gpu.pcie.at_max is False and under_load is not None) else None
+    link = loaded or gpu.pcie
     ev = {"idle": str(gpu.pcie), "under_load": str(under_load) if under_load else None, "bus_id": gpu.bus_id}
-    if link.at_max is None:
-        return _skip(name, f"{gpu_label(gpu)}: the driver does not report the PCIe link", **ev)
-    if link.at_max:
-        return _ok(name, f"{gpu_label(gpu)}: PCIe {link}", **ev)
+    narrow = link.width_current is not None and link.width_max is not None and link.width_current < link.width_max
+    slow = link.gen_current is not None and link.gen_max is not None and link.gen_current < link.gen_max
     causes = []
-    if link.width_current is not None and link.width_max is not None and link.width_current < link.width_max:
+    if narrow:
         causes.append(
             f"width x{link.width_current} of x{link.width_max}: the card sits in a narrower slot, a riser or "
             "bifurcation splits the lanes, or the slot is shared; move it to a full x16 slot"
         )
-    if link.gen_current is not None and link.gen_max is not None and link.gen_current < link.gen_max:
+    if slow and loaded is not None:
         causes.append(
             f"gen{link.gen_current} of gen{link.gen_max} even under load: check the BIOS PCIe speed setting, the "
             "riser/retimer, and `lspci -vv` LnkSta for the upstream port"
         )
-    return _fail(name, f"{gpu_label(gpu)}: PCIe link below its maximum ({link}): " + "; ".join(causes), **ev)
+    if causes:
+        return _fail(name, f"{gpu_label(gpu)}: PCIe link below its maximum ({link}): " + "; ".join(causes), **ev)
+    if slow:
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: PCIe gen{link.gen_current} of gen{link.gen_max} at idle, and no reading under load "
+            "(GPUs lower the generation when idle): the generation cannot be judged",
+            **ev,
+        )
+    if link.at_max is None:
+        return _skip(name, f"{gpu_label(gpu)}: PCIe link not reported by {source} ({link})", **ev)
+    return _ok(name, f"{gpu_label(gpu)}: PCIe {link}", **ev)
 
 
-def ecc(gpu: GpuInfo) -> Check:
+def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.ecc[{gpu.index}]"
     e = gpu.ecc_errors
     ev = {"enabled": gpu.ecc_enabled, **vars(e)}
     if gpu.ecc_enabled is None:
-        return _skip(name, f"{gpu_label(gpu)}: ECC not supported on this GPU", **ev)
+        return _skip(name, f"{gpu_label(gpu)}: ECC mode not reported by {source} (N/A where a GPU has no ECC)", **ev)
     if not gpu.ecc_enabled:
         return _fail(
             name,
@@ -159,10 +256,14 @@ def ecc(gpu: GpuInfo) -> Check:
             "the GPU, reset it, and run the vendor's field diagnostics; replace it if they recur",
             **ev,
         )
+    if e.volatile_uncorrected is None:
+        return _skip(
+            name, f"{gpu_label(gpu)}: ECC on, but the uncorrectable error count is not reported by {source}", **ev
+        )
     return _ok(name, f"{gpu_label(gpu)}: ECC on, no uncorrectable errors", **ev)
 
 
-def memory_retirement(gpu: GpuInfo) -> Check:
+def memory_retirement(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.memory_retirement[{gpu.index}]"
     r = gpu.retirement
     ev = dict(vars(r))
@@ -181,15 +282,19 @@ def memory_retirement(gpu: GpuInfo) -> Check:
             f"{gpu_label(gpu)}: {counts} for uncorrectable errors: the memory is degrading; watch it, RMA if it grows",
             **ev,
         )
-    if all(v is None for v in ev.values()):
-        return _skip(name, f"{gpu_label(gpu)}: page retirement / row remapping not reported", **ev)
-    return _ok(name, f"{gpu_label(gpu)}: no retired pages or remapped rows pending", **ev)
+    # Clean only when one mechanism is reported whole: page retirement (Pascal/Volta) or row remapping (Ampere+).
+    pages = r.retired_double_bit == 0 and r.retired_pending is False
+    rows = r.remapped_uncorrectable == 0 and r.remap_pending is False and r.remap_failure is False
+    if not (pages or rows):
+        return _skip(name, f"{gpu_label(gpu)}: page retirement / row remapping not reported by {source}", **ev)
+    what = " and ".join(w for w, ok in (("no retired pages", pages), ("no remapped rows", rows)) if ok)
+    return _ok(name, f"{gpu_label(gpu)}: {what}, none pending", **ev)
 
 
-def persistence(gpu: GpuInfo) -> Check:
+def persistence(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.persistence[{gpu.index}]"
     if gpu.persistence_mode is None:
-        return _skip(name, f"{gpu_label(gpu)}: persistence mode not reported")
+        return _skip(name, f"{gpu_label(gpu)}: persistence mode not reported by {source}")
     if not gpu.persistence_mode:
         return _fail(
             name,
@@ -200,11 +305,13 @@ def persistence(gpu: GpuInfo) -> Check:
     return _ok(name, f"{gpu_label(gpu)}: persistence mode on", persistence_mode=True)
 
 
-def idle_throttle(gpu: GpuInfo) -> Check:
+def idle_throttle(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     """At idle, the only active clock-event reason should be `gpu_idle`: anything else caps clocks under load."""
     name = f"health.idle_throttle[{gpu.index}]"
-    bad = sorted(set(gpu.throttle_reasons) - BENIGN_IDLE_REASONS)
     ev = {"active": gpu.throttle_reasons, "temperature_c": gpu.temperature_c, "power_w": gpu.power_draw_w}
+    if gpu.throttle_reasons is None:
+        return _skip(name, f"{gpu_label(gpu)}: clock throttle reasons not reported by {source}", **ev)
+    bad = sorted(set(gpu.throttle_reasons) - BENIGN_IDLE_REASONS)
     if not bad:
         return _ok(name, f"{gpu_label(gpu)}: no clock throttling at idle", **ev)
     fixes = {
@@ -225,12 +332,16 @@ def idle_throttle(gpu: GpuInfo) -> Check:
 def framework_sees_gpus(fp: Fingerprint, framework: str, visible: int) -> Check:
     """A framework sees as many GPUs as NVML shows (after CUDA_VISIBLE_DEVICES)."""
     name = f"health.{framework}_sees_gpus"
+    if fp.software.frameworks is None:
+        return _skip(name, f"{framework} not captured by {reporter(fp)}")
     fw = next((f for f in fp.software.frameworks if f.name == framework), None)
     if fw is None:
         return _skip(name, f"{framework} is not installed")
     if fw.error:
         return _fail(name, f"{framework} could not be queried: {fw.error}")
     ev = {"version": fw.version, "built_cuda": fw.built_cuda, "sees": fw.sees_gpus, "visible": visible}
+    if fw.sees_gpus is None:
+        return _skip(name, f"{framework} {fw.version} did not report how many GPUs it sees", **ev)
     if fw.sees_gpus == visible:
         return _ok(name, f"{framework} {fw.version} sees {visible} GPUs", **ev)
     if not fw.built_cuda:

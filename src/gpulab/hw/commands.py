@@ -8,27 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import GpulabError
-
-
-def _readable(path: Path | None, what: str, fix: str) -> None:
-    if path is None:
-        return
-    if not path.is_file():
-        raise GpulabError(f"{path}: no such {what} file; {fix}")
-    try:
-        with path.open("rb") as fh:
-            fh.read(1)
-    except OSError as err:
-        raise GpulabError(f"{path}: cannot read {what} file ({err.strerror or err}); {fix}") from err
-
 
 def run_info(args: argparse.Namespace) -> int:
     from gpulab.hw.discover import fingerprint  # deferred so `gpulab --help` stays fast
 
-    _readable(args.from_xml, "nvidia-smi XML", "capture it with `nvidia-smi -q -x > FILE`")
-    _readable(args.topo, "topology", "capture it with `nvidia-smi topo -m > FILE`")
-    _readable(args.nvlink, "NVLink status", "capture it with `nvidia-smi nvlink -s > FILE`")
+    # The captures are checked (regular file, size) and read by their parsers, --from first.
     fp = fingerprint(
         smi_xml=args.from_xml,
         topo_file=args.topo,
@@ -59,7 +43,8 @@ def add_commands(sub: Any) -> None:
         dest="from_xml",
         type=Path,
         metavar="NVIDIA_SMI_XML",
-        help="read GPUs from a saved `nvidia-smi -q -x` instead of querying NVML",
+        help="describe the host a saved `nvidia-smi -q -x` was taken on: its driver, CUDA version and GPUs "
+        "only; nothing is read from this machine (host, toolkits, frameworks show as not captured)",
     )
     p.add_argument("--topo", type=Path, metavar="TOPO_FILE", help="a saved `nvidia-smi topo -m` for the matrix")
     p.add_argument("--nvlink", type=Path, metavar="NVLINK_FILE", help="a saved `nvidia-smi nvlink -s`")

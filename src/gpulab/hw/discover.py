@@ -9,7 +9,7 @@ from typing import Any
 
 from gpulab.hw import nvml
 from gpulab.hw.host import host_info
-from gpulab.hw.model import Fingerprint, GpuInfo
+from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, HostInfo, SoftwareInfo
 from gpulab.hw.smi_nvlink import parse_nvlink
 from gpulab.hw.smi_topo import Topology, parse_topo
 from gpulab.hw.smi_xml import parse_smi_xml
@@ -54,16 +54,32 @@ def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
     return node if node >= 0 else None
 
 
-def _fill(gpus: list[GpuInfo], root: Path, topo: Topology | None) -> None:
+def _fill(gpus: list[GpuInfo], root: Path, topo: Topology | None, *, captured: bool) -> None:
     for gpu in gpus:
         if gpu.compute_capability is None:
             gpu.compute_capability = _compat_cc(gpu.pci_device_id) or _CC_BY_ARCH.get(gpu.architecture or "")
-        gpu.numa_node = _sysfs_numa(root, gpu)
+        # A captured GPU's bus address may hold the same model here: this machine's sysfs says nothing about it.
+        gpu.numa_node = None if captured else _sysfs_numa(root, gpu)
         if gpu.numa_node is None and topo is not None and gpu.index < len(topo.affinity):
             # The kernel gives -1 in VMs without a NUMA description; nvidia-smi's affinity still names a node.
             numa = topo.affinity[gpu.index].numa
             if numa and re.fullmatch(r"\d+", numa):
                 gpu.numa_node = int(numa)
+
+
+def captured_software(driver: str | None, cuda: str | None) -> SoftwareInfo:
+    """What `nvidia-smi -q -x` says of the software: the driver and its CUDA version; the rest is not captured."""
+    return SoftwareInfo(
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        toolkits=None,
+        nvcc_version=None,
+        cudnn_version=None,
+        nccl_version=None,
+        python=None,
+        frameworks=None,
+        env=None,
+    )
 
 
 def fingerprint(
@@ -74,24 +90,34 @@ def fingerprint(
     probe_frameworks: bool = True,
     root: Path = Path("/"),
 ) -> Fingerprint:
-    """Describe this host. GPUs come from live NVML, or from a `nvidia-smi -q -x` capture when given.
+    """Describe this host from live NVML, or a captured host from a `nvidia-smi -q -x` file.
 
-    `topo_file` (`nvidia-smi topo -m`) replaces the NVML-derived matrix; `nvlink_file` (`nvidia-smi
-    nvlink -s`) fills per-GPU NVLinks when the GPU source has none (captures never do).
+    A capture is judged on what it holds: its driver, CUDA version and GPUs (plus `topo_file` and
+    `nvlink_file` when given). Host, toolkits, cuDNN, frameworks and environment are left None ("not
+    captured"), never read from this machine. `topo_file` (`nvidia-smi topo -m`) replaces the NVML-derived
+    matrix; `nvlink_file` (`nvidia-smi nvlink -s`) fills per-GPU NVLinks when the GPU source has none
+    (captures never do).
     """
-    host = host_info(root)
     topo = parse_topo(topo_file) if topo_file is not None else None
+    captured_from = [str(p) for p in (smi_xml, topo_file, nvlink_file) if p is not None]
+    host: HostInfo | None
     if smi_xml is not None:
         driver, cuda, gpus = parse_smi_xml(smi_xml)
-        source = f"nvidia-smi-xml:{smi_xml}"
+        source = f"{CAPTURE_SOURCE_PREFIX}{smi_xml}"
         topology: list[list[str]] = []
         reason = None if gpus else f"{nvml.ABSENT}the capture {smi_xml} lists no GPU"
+        host = None
+        software = captured_software(driver, cuda)
     else:
         result = nvml.query(root=root)
         driver, cuda, gpus = result.driver_version, result.cuda_driver_version, result.gpus
         source = "nvml" if gpus else "none"
         topology = result.topology
         reason = result.absent_reason
+        host = host_info(root)
+        software = software_info(
+            driver_version=driver, cuda_driver_version=cuda, probe_frameworks=probe_frameworks, root=root
+        )
     if topo is not None:
         topology = topo.matrix
     if nvlink_file is not None:
@@ -99,10 +125,7 @@ def fingerprint(
         for gpu in gpus:
             if not gpu.nvlinks:
                 gpu.nvlinks = links.get(gpu.index, [])
-    _fill(gpus, root, topo)
-    software = software_info(
-        driver_version=driver, cuda_driver_version=cuda, probe_frameworks=probe_frameworks, root=root
-    )
+    _fill(gpus, root, topo, captured=smi_xml is not None)
     return Fingerprint(
         host=host,
         software=software,
@@ -110,4 +133,5 @@ def fingerprint(
         topology=topology,
         gpu_source=source,
         gpu_absent_reason=reason,
+        captured_from=captured_from,
     )

@@ -8,9 +8,13 @@ by `gpulab/report/schema.json`; change both together.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+# gpu_source of a fingerprint read from `nvidia-smi -q -x`: "nvidia-smi-xml:<path>".
+CAPTURE_SOURCE_PREFIX = "nvidia-smi-xml:"
 
 
 @dataclass
@@ -91,7 +95,8 @@ class GpuInfo:
     mem_clock_mhz: int | None = None
     max_sm_clock_mhz: int | None = None
     max_mem_clock_mhz: int | None = None
-    throttle_reasons: list[str] = field(default_factory=list)  # active ones, e.g. ["gpu_idle"]
+    # Active ones, e.g. ["gpu_idle"]; [] = the source reported none active, None = it did not report them.
+    throttle_reasons: list[str] | None = field(default_factory=list)
     temperature_c: float | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
@@ -148,26 +153,38 @@ class FrameworkInfo:
 
 @dataclass
 class SoftwareInfo:
+    """The stack; in a fingerprint read from captures, what the capture does not hold is None ("not captured")
+    rather than an empty list, which would claim that nothing is installed."""
+
     driver_version: str | None = None
     cuda_driver_version: str | None = None  # what the driver supports, "13.0"
-    toolkits: list[dict[str, str]] = field(default_factory=list)  # [{"path": ..., "version": ...}]
+    toolkits: list[dict[str, str]] | None = field(default_factory=list)  # [{"path": ..., "version": ...}]
     nvcc_version: str | None = None
     cudnn_version: str | None = None
     nccl_version: str | None = None
     python: str | None = None
-    frameworks: list[FrameworkInfo] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE...
+    frameworks: list[FrameworkInfo] | None = field(default_factory=list)
+    env: dict[str, str] | None = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, NVIDIA_TF32_OVERRIDE...
 
 
 @dataclass
 class Fingerprint:
-    host: HostInfo
+    # None when the fingerprint was read from captures that hold no host facts (`nvidia-smi -q -x` has none):
+    # this machine's CPU, memory and name must never stand in for the captured host's.
+    host: HostInfo | None
     software: SoftwareInfo = field(default_factory=SoftwareInfo)
     gpus: list[GpuInfo] = field(default_factory=list)
     # topology[i][j]: link kind between GPU i and j as `nvidia-smi topo -m` names it ("NV18", "PIX", "SYS"...)
     topology: list[list[str]] = field(default_factory=list)
     gpu_source: str = "none"  # "nvml", "nvidia-smi-xml:<path>" or "none"
     gpu_absent_reason: str | None = None  # one line when no GPU was found, e.g. "no NVIDIA GPU/driver found: ..."
+    # Files read instead of querying this machine (`nvidia-smi -q -x`, `topo -m`, `nvlink -s`); [] = all live.
+    captured_from: list[str] = field(default_factory=list)
+
+    @property
+    def is_capture(self) -> bool:
+        """The GPUs come from a capture file, so nothing else about this machine belongs in the fingerprint."""
+        return self.gpu_source.startswith(CAPTURE_SOURCE_PREFIX)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -186,6 +203,9 @@ def _build(kind: Any, data: dict[str, Any]) -> Any:
 def _convert(hint: Any, value: Any) -> Any:
     if value is None:
         return None
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        # `X | None`: the value is not None here, so it is an X.
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if dataclasses.is_dataclass(hint):
         return _build(hint, value)
     args = typing.get_args(hint)

@@ -283,7 +283,8 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         mem_clock_mhz=_call(nv, "nvmlDeviceGetClockInfo", handle, memclk),
         max_sm_clock_mhz=_call(nv, "nvmlDeviceGetMaxClockInfo", handle, sm),
         max_mem_clock_mhz=_call(nv, "nvmlDeviceGetMaxClockInfo", handle, memclk),
-        throttle_reasons=decode_throttle(reasons),
+        # A failed query is "not reported", not "no reason active".
+        throttle_reasons=decode_throttle(reasons) if reasons is not None else None,
         temperature_c=float(temp) if temp is not None else None,
         power_draw_w=power / 1000 if power is not None else None,
         power_limit_w=limit / 1000 if limit is not None else None,

@@ -9,6 +9,8 @@ from rich.text import Text
 
 from gpulab.hw.model import Fingerprint, GpuInfo, HostInfo, SoftwareInfo
 
+NOT_CAPTURED = "not captured"
+
 
 def _v(value: object, unit: str = "") -> str:
     return "?" if value is None else f"{value}{unit}"
@@ -60,16 +62,24 @@ def _retire_text(gpu: GpuInfo) -> Text:
 
 def _throttle_text(gpu: GpuInfo) -> Text:
     reasons = gpu.throttle_reasons
+    if reasons is None:
+        return Text("?")  # not reported: neither "none" nor a reason
     if not reasons:
         return Text("none")
     benign = {"gpu_idle", "applications_clocks_setting"}
     return Text(", ".join(reasons), style="" if set(reasons) <= benign else "bold yellow")
 
 
-def host_panel(host: HostInfo) -> Panel:
+def host_panel(host: HostInfo | None, captured_from: list[str] | None = None) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
+    if host is None:
+        # A capture holds no host facts; this machine's must not be shown in their place.
+        for label in ("Host", "CPU", "Memory", "NUMA", "OS", "Hypervisor", "IOMMU"):
+            grid.add_row(label, Text(NOT_CAPTURED, style="dim"))
+        files = ", ".join(captured_from or []) or "a capture"
+        return Panel(grid, title=f"Host (captured: {files})", expand=False)
     cpu = host.cpu
     grid.add_row("Host", host.hostname)
     grid.add_row(
@@ -101,10 +111,13 @@ def gpu_table(fp: Fingerprint) -> Table:
     table = Table(title=f"GPUs (source: {fp.gpu_source})")
     for col in ("#", "Name", "Bus ID", "NUMA", "PCIe", "Memory"):
         table.add_column(col, no_wrap=col in ("#", "Bus ID"))
+    # nvidia-smi -q -x has no NUMA node; only a topo -m capture gives one.
+    numa_missing = NOT_CAPTURED if fp.is_capture and not fp.topology else "?"
     for g in fp.gpus:
         mem = f"{g.memory_used_mib or 0}/{g.memory_total_mib} MiB" if g.memory_total_mib else "?"
         cc = f" sm_{g.compute_capability.replace('.', '')}" if g.compute_capability else ""
-        table.add_row(str(g.index), g.name + cc, g.bus_id, _v(g.numa_node), pcie_text(g), mem)
+        numa = numa_missing if g.numa_node is None else str(g.numa_node)
+        table.add_row(str(g.index), g.name + cc, g.bus_id, numa, pcie_text(g), mem)
     return table
 
 
@@ -137,17 +150,25 @@ def topology_table(topology: list[list[str]]) -> Table:
 
 
 def software_table(sw: SoftwareInfo) -> Table:
+    """The stack; fields a capture does not hold (None where live discovery gives a list) say "not captured"."""
     table = Table(title="Software", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("Driver", f"{_v(sw.driver_version)} (CUDA {_v(sw.cuda_driver_version)} supported)")
-    kits = ", ".join(f"{k['path']} {k.get('version', '?')}" for k in sw.toolkits)
-    table.add_row("CUDA toolkits", kits or "none")
-    table.add_row("nvcc", _v(sw.nvcc_version))
-    table.add_row("cuDNN", _v(sw.cudnn_version))
-    table.add_row("NCCL", _v(sw.nccl_version))
-    table.add_row("Python", _v(sw.python))
-    for fw in sw.frameworks:
+    captured = sw.frameworks is None and sw.toolkits is None
+    missing = NOT_CAPTURED if captured else "?"
+    table.add_row("Driver", f"{_v(sw.driver_version)} (CUDA {sw.cuda_driver_version or 'not reported'} supported)")
+    if sw.toolkits is None:
+        table.add_row("CUDA toolkits", NOT_CAPTURED)
+    else:
+        kits = ", ".join(f"{k['path']} {k.get('version', '?')}" for k in sw.toolkits)
+        table.add_row("CUDA toolkits", kits or "none")
+    table.add_row("nvcc", sw.nvcc_version or missing)
+    table.add_row("cuDNN", sw.cudnn_version or missing)
+    table.add_row("NCCL", sw.nccl_version or missing)
+    table.add_row("Python", sw.python or missing)
+    if sw.frameworks is None:
+        table.add_row("Frameworks", NOT_CAPTURED)
+    for fw in sw.frameworks or []:
         if fw.error and fw.version == "unknown":
             table.add_row(fw.name, Text(f"error: {fw.error}", style="red"))
             continue
@@ -156,19 +177,23 @@ def software_table(sw: SoftwareInfo) -> Table:
             f"sees {_v(fw.sees_gpus)} GPU(s))"
         )
         table.add_row(fw.name, text + (f" [{fw.error}]" if fw.error else ""))
-    for key, value in sw.env.items():
+    if sw.env is None:
+        table.add_row("Environment", NOT_CAPTURED)
+    for key, value in (sw.env or {}).items():
         table.add_row(key, value)
     return table
 
 
 def render(fp: Fingerprint, console: Console | None = None) -> None:
     console = console or Console()
-    parts: list[Panel | Table | Text] = [host_panel(fp.host)]
+    parts: list[Panel | Table | Text] = [host_panel(fp.host, fp.captured_from)]
     if fp.gpus:
         parts.extend([gpu_table(fp), health_table(fp)])
     else:
         parts.append(Text(fp.gpu_absent_reason or "no NVIDIA GPU/driver found", style="bold red"))
     if fp.topology:
         parts.append(topology_table(fp.topology))
+    elif fp.is_capture:
+        parts.append(Text("GPU topology: not captured (add --topo with a saved `nvidia-smi topo -m`)", style="dim"))
     parts.append(software_table(fp.software))
     console.print(Group(*parts))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gpulab.errors import GpulabError
 from gpulab.hw.model import NvLinkInfo
+from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
 
 _GPU = re.compile(r"^GPU (\d+):")
 _LINK = re.compile(r"^\s*Link (\d+):\s*(.*)$")
@@ -44,8 +45,6 @@ def parse_nvlink_text(text: str, source: str = "<string>") -> dict[int, list[NvL
 
 
 def parse_nvlink(path: Path) -> dict[int, list[NvLinkInfo]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise GpulabError(f"{path}: cannot read NVLink status file ({err.strerror or err})") from err
+    fix = "capture it with `nvidia-smi nvlink -s > FILE`"
+    text = read_input_bytes(path, "NVLink status file", fix, limit=CAPTURE_LIMIT).decode("utf-8", errors="replace")
     return parse_nvlink_text(text, str(path))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulab.errors import GpulabError
+from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FIX = "capture it with `nvidia-smi topo -m > FILE`"
@@ -63,8 +64,5 @@ def parse_topo_text(text: str, source: str = "<string>") -> Topology:
 
 
 def parse_topo(path: Path) -> Topology:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise GpulabError(f"{path}: cannot read topology file ({err.strerror or err}); {_FIX}") from err
+    text = read_input_bytes(path, "topology file", _FIX, limit=CAPTURE_LIMIT).decode("utf-8", errors="replace")
     return parse_topo_text(text, str(path))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpulab.errors import GpulabError
 from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, PcieLink
+from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
 
 _FIX = "capture it with `nvidia-smi -q -x > FILE`"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -150,7 +151,8 @@ def _retirement(gpu: ET.Element) -> MemoryRetirement:
     )
 
 
-def _reasons(gpu: ET.Element) -> list[str]:
+def _reasons(gpu: ET.Element) -> list[str] | None:
+    """Active clock-event reasons; None when the capture states none of them (block absent or all N/A)."""
     # Driver 535+ says clocks_event_reasons; older ones clocks_throttle_reasons / clocks_throttle_reason_*.
     for block, prefixes in (
         ("clocks_event_reasons", ("clocks_event_reason_",)),
@@ -160,19 +162,26 @@ def _reasons(gpu: ET.Element) -> list[str]:
         if node is None:
             continue
         active: list[str] = []
+        stated = False
         for child in node:
             name = child.tag
             for prefix in prefixes:
                 if name.startswith(prefix):
                     name = name[len(prefix) :]
                     break
-            if name == "unknown" or (child.text or "").strip() != "Active":
+            state = (child.text or "").strip()
+            if name == "unknown" or state not in ("Active", "Not Active"):
+                continue
+            stated = True
+            if state != "Active":
                 continue
             if name == "user_defined_clocks":  # pre-R450 name of applications_clocks_setting
                 name = "applications_clocks_setting"
             active.append(name)
+        if not stated:
+            return None  # an empty list would read as "nothing throttles"
         return sorted(active, key=lambda n: (*_REASON_SUFFIXES, n).index(n))
-    return []
+    return None
 
 
 def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
@@ -247,8 +256,6 @@ def parse_smi_xml_text(text: str, source: str = "<string>") -> tuple[str | None,
 
 def parse_smi_xml(path: Path) -> tuple[str | None, str | None, list[GpuInfo]]:
     """Parse a `nvidia-smi -q -x` capture file. Returns (driver_version, cuda_version, gpus)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise GpulabError(f"{path}: cannot read nvidia-smi XML ({err.strerror or err}); {_FIX}") from err
+    # nvidia-smi writes UTF-8; a stray byte in a product string is replaced rather than refusing the capture
+    text = read_input_bytes(path, "nvidia-smi XML", _FIX, limit=CAPTURE_LIMIT).decode("utf-8", errors="replace")
     return parse_smi_xml_text(text, str(path))

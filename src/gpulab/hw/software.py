@@ -261,10 +261,8 @@ def software_info(
         env=relevant_env(),
     )
     if probe_frameworks:
-        for probe in (probe_torch, probe_tensorflow):
-            found = probe()
-            if found is not None:
-                sw.frameworks.append(found)
-        torch_nccl = next((f.nccl for f in sw.frameworks if f.name == "torch" and f.nccl), None)
+        frameworks = [found for found in (probe() for probe in (probe_torch, probe_tensorflow)) if found is not None]
+        sw.frameworks = frameworks
+        torch_nccl = next((f.nccl for f in frameworks if f.name == "torch" and f.nccl), None)
         sw.nccl_version = sw.nccl_version or torch_nccl
     return sw

@@ -88,7 +88,18 @@ class Lab:
 
     @property
     def hostname(self) -> str:
-        return self.fingerprint.host.hostname or socket.gethostname()
+        """The judged host's name; a capture's is not recorded, so it is named by its file, never by this machine."""
+        if self.options.from_xml is not None:
+            return f"captured: {self.options.from_xml.name}"
+        host = self.fingerprint.host
+        return (host.hostname if host else None) or socket.gethostname()
+
+    @property
+    def source(self) -> str:
+        """What reported the GPU facts, for "not reported by ..." messages."""
+        from gpulab.health import reporter
+
+        return reporter(self.fingerprint)
 
     def spec(self, gpu: GpuInfo | None) -> GpuSpec | None:
         if gpu is None:
