@@ -66,7 +66,7 @@ def _err(path: Path) -> str:
 
 
 def test_missing_file(tmp_path):
-    assert "no such file" in _err(tmp_path / "nope.json")
+    assert "does not exist" in _err(tmp_path / "nope.json")
 
 
 def test_directory(tmp_path):

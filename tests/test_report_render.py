@@ -136,3 +136,11 @@ def test_a_real_standard_tier_report_renders_one_cpu_chart_and_one_per_gpu_launc
     )
     assert "cpu:64 fp32" in page and "98.0 %" in page  # GPU rows against fp32 CPU rows; DDP efficiency at 4 GPUs
     assert plot_cpu_threads({}) is None
+
+
+def test_a_captured_host_is_not_called_bare_metal():
+    from gpulab.report.render import platform_text
+
+    assert platform_text({"host": None, "captured_from": ["p100.xml"]}) == "not captured (judged from p100.xml)"
+    assert platform_text({"host": {"hypervisor": None}}) == "bare metal"
+    assert platform_text({"host": {"hypervisor": "KVM"}}).startswith("VM (KVM)")

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.report.compare import compare, parse_threshold
+from gpulab.paths import Output, check_outputs
+from gpulab.report.compare import MEDIAN_NOTE, compare, parse_threshold
 from gpulab.report.io import atomic_write_text, load_report
-from gpulab.report.render import to_html, to_markdown, write_rendered
+from gpulab.report.render import rendered_paths, to_html, to_markdown
 
 
 def add_commands(sub: Any) -> None:
@@ -21,7 +22,8 @@ def add_commands(sub: Any) -> None:
         help="render a saved report as Markdown and HTML",
         description=(
             "Render a report JSON. With no option, writes <stem>.md and <stem>.html beside FILE. "
-            "Exit 2 when FILE is not a readable gpulab report."
+            "Exit 2 when FILE is not a readable gpulab report or an output cannot be written (FILE itself is "
+            "never overwritten); nothing is written then."
         ),
     )
     rep.add_argument("file", metavar="FILE", type=Path, help="a report-*.json written by a validation run")
@@ -36,7 +38,8 @@ def add_commands(sub: Any) -> None:
         description=(
             "Compare reports: the first is the baseline. A measurement regresses when it is more than "
             "--threshold percent below the baseline; a check that passed in the baseline and fails now "
-            "regresses too. Exit 0: no regression, 1: regression, 2: bad input."
+            "regresses too. Every measurement is kept: " + MEDIAN_NOTE + ", and the count and spread "
+            "(min–max) are shown. Exit 0: no regression, 1: regression, 2: bad input."
         ),
     )
     cmp_.add_argument("files", metavar="REPORT", nargs="+", type=Path, help="baseline, then others")
@@ -50,17 +53,38 @@ def add_commands(sub: Any) -> None:
     cmp_.set_defaults(func=cmd_compare)
 
 
+def _outputs(args: argparse.Namespace) -> list[tuple[Output, str]]:
+    """(output, format) for every file this `gpulab report` call writes."""
+    source = Path(args.file)
+    if args.md or args.html:
+        outputs = []
+        for path, fmt in ((args.md, "md"), (args.html, "html")):
+            if path is None:
+                continue
+            beside = source.with_suffix(f".{fmt}")
+            fix = f"choose another path, e.g. {beside}" if beside != source else "choose another path"
+            outputs.append((Output(path, f"--{fmt}", f"{source.stem}.{fmt}", fix), fmt))
+        return outputs
+    if args.print_format:
+        return []
+    md, page = rendered_paths(args.file)
+    fix = "rename the report to .json or pass --md OUT and --html OUT"
+    return [
+        (Output(md, "the Markdown view", md.name, fix), "md"),
+        (Output(page, "the HTML view", page.name, fix), "html"),
+    ]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     report = load_report(args.file)
-    written: list[Path] = []
-    if args.md:
-        written.append(atomic_write_text(args.md, to_markdown(report)))
-    if args.html:
-        written.append(atomic_write_text(args.html, to_html(report)))
-    if not (args.md or args.html or args.print_format):
-        written += write_rendered(report, args.file)
+    outputs = _outputs(args)
+    # before anything is rendered or written
+    check_outputs([out for out, _ in outputs], inputs=[args.file], kind="report")
+    render = {"md": to_markdown, "html": to_html}
+    texts = [(out.path, render[fmt](report)) for out, fmt in outputs]  # all rendered before the first write
+    written = [atomic_write_text(path, text) for path, text in texts]
     if args.print_format:
-        sys.stdout.write(to_markdown(report) if args.print_format == "md" else to_html(report))
+        sys.stdout.write(render[args.print_format](report))
     for path in written:
         print(f"wrote {path}", file=sys.stderr if args.print_format else sys.stdout)
     return 0

@@ -3,12 +3,17 @@ fingerprint differences that may explain them.
 
 The first report is the baseline. Every measured value is "higher is better", so a row regresses when
 `value / baseline < 1 - threshold_pct / 100`.
+
+A report can hold several measurements of one row (the same configuration run and appended again). All of
+them are kept: a row compares the median of each report's measurements, so one outlier neither hides nor fakes
+a regression, and the count and the spread (min–max) are shown; a spread wider than the threshold is listed.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +23,7 @@ from gpulab.report.model import Check, Report, Result
 
 ResultKey = tuple[str, str, str, int, str, str]
 KEY_FIELDS = ("workload", "framework", "launcher", "n", "precision", "device")
+MEDIAN_NOTE = "a row measured more than once in a report compares its median; regressions are judged on the median"
 
 
 def parse_threshold(text: str | float) -> float:
@@ -52,7 +58,8 @@ def key_text(key: ResultKey) -> str:
 
 @dataclass
 class Row:
-    """One measurement across the reports; `values[i]` / `ratios[i]` belong to report i (None when absent)."""
+    """One measured configuration across the reports; `values[i]` (the median of `measurements[i]`) and
+    `ratios[i]` belong to report i (None when absent)."""
 
     key: ResultKey
     unit: str
@@ -60,17 +67,52 @@ class Row:
     ratios: list[float | None]
     status: str  # "ok", "regression", "only in A", "missing in B, C", "unit differs", "no baseline value"
     regressed_in: list[str] = field(default_factory=list)
+    measurements: list[list[float]] = field(default_factory=list)  # every value per report, in report order
 
     @property
     def regression(self) -> bool:
         return bool(self.regressed_in)
 
+    def found(self, i: int) -> list[float]:
+        """Every measurement report i holds for this row (its median alone when built without them)."""
+        if i < len(self.measurements):
+            return self.measurements[i]
+        value = self.values[i]
+        return [] if value is None else [value]
+
+    def spread(self, i: int) -> tuple[float, float] | None:
+        """(min, max) of report i's measurements; None when it has none."""
+        found = self.found(i)
+        return (min(found), max(found)) if found else None
+
+    def spread_pct(self, i: int) -> float | None:
+        """(max - min) / median of report i's measurements, in percent; None with fewer than two."""
+        found = self.found(i)
+        median = self.values[i]
+        if len(found) < 2 or not median:
+            return None
+        return (max(found) - min(found)) / abs(median) * 100
+
+    def cell(self, i: int) -> str:
+        """Report i's value for a table: the median, with the count and min–max when measured more than once."""
+        found = self.found(i)
+        if len(found) < 2:
+            return _num(self.values[i])
+        return f"{_num(self.values[i])} (median of {len(found)}: {_num(min(found))}–{_num(max(found))})"
+
     def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
+        spreads = [self.spread(i) for i in range(len(labels))]
+        found = [self.found(i) for i in range(len(labels))]
         return {
             **dict(zip(KEY_FIELDS, self.key, strict=True)),
             "unit": self.unit,
             "values": dict(zip(labels, self.values, strict=True)),
             "ratios": dict(zip(labels, self.ratios, strict=True)),
+            "counts": {label: len(m) for label, m in zip(labels, found, strict=True)},
+            "spread": {
+                label: {"min": s[0], "max": s[1]} if s else None for label, s in zip(labels, spreads, strict=True)
+            },
+            "measurements": dict(zip(labels, found, strict=True)),
             "status": self.status,
             "regressed_in": self.regressed_in,
         }
@@ -117,8 +159,7 @@ class Comparison:
                 i = self.labels.index(label)
                 ratio = row.ratios[i]
                 out.append(
-                    f"{key_text(row.key)}: {label} {_num(row.values[i])} vs {_num(row.values[0])} {row.unit} "
-                    f"({_ratio_pct(ratio)})"
+                    f"{key_text(row.key)}: {label} {row.cell(i)} vs {row.cell(0)} {row.unit} ({_ratio_pct(ratio)})"
                 )
         for check in self.checks:
             for label in check.regressed_in:
@@ -126,6 +167,27 @@ class Comparison:
                 msg = check.messages[i] or ""
                 out.append(f"check {check.name}: pass → {check.statuses[i]} in {label}" + (f": {msg}" if msg else ""))
         return out
+
+    @property
+    def wide_spreads(self) -> list[str]:
+        """One line per report whose repeated measurements of a row lie further apart than the threshold."""
+        out = []
+        for row in self.rows:
+            for i, label in enumerate(self.labels):
+                pct = row.spread_pct(i)
+                if pct is None or pct <= self.threshold_pct:
+                    continue
+                found = row.found(i)
+                out.append(
+                    f"{key_text(row.key)}: {label} has {len(found)} measurements "
+                    f"({', '.join(_num(v) for v in found)} {row.unit}), {pct:.0f} % apart; "
+                    f"median {_num(row.values[i])} compared"
+                )
+        return out
+
+    @property
+    def repeated(self) -> bool:
+        return any(len(row.found(i)) > 1 for row in self.rows for i in range(len(self.labels)))
 
     @property
     def verdict(self) -> str:
@@ -148,7 +210,9 @@ class Comparison:
             "threshold_pct": self.threshold_pct,
             "rows": [r.to_dict(self.labels) for r in self.rows],
             "checks": [c.to_dict(self.labels) for c in self.checks],
+            "aggregate": "median",
             "regressions": self.regressions,
+            "wide_spreads": self.wide_spreads,
             "notes": self.notes,
             "regression": bool(self.regressions),
             "verdict": self.verdict,
@@ -171,14 +235,16 @@ class Comparison:
         table.add_column("status")
         for row in self.rows:
             cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
-            for i, value in enumerate(row.values):
-                cells.append(_num(value))
+            for i in range(len(row.values)):
+                cells.append(row.cell(i))
                 if i:
                     cells.append(_ratio_pct(row.ratios[i]))
             cells.append(row.status.upper() if row.regression else row.status)
             table.add_row(*cells)
         if self.rows:
             console.print(table)
+            if self.repeated:
+                console.print(f"note: {MEDIAN_NOTE}", soft_wrap=True)
         else:
             console.print("no results to compare")
         changed = [c for c in self.checks if len({s for s in c.statuses}) > 1]
@@ -195,6 +261,11 @@ class Comparison:
             console.print("fingerprint differences:")
             for note in self.notes:
                 console.print(f"  - {note}", soft_wrap=True)
+        spreads = self.wide_spreads
+        if spreads:
+            console.print(f"repeated measurements more than {self.threshold_pct:g} % apart (check these runs):")
+            for line in spreads:
+                console.print(f"  - {line}", soft_wrap=True)
         regs = self.regressions
         if regs:
             console.print("regressions:")
@@ -225,10 +296,11 @@ def _unique_labels(labels: Sequence[str]) -> list[str]:
     return out
 
 
-def _index(results: Sequence[Result]) -> dict[ResultKey, Result]:
-    out: dict[ResultKey, Result] = {}
+def _index(results: Sequence[Result]) -> dict[ResultKey, list[Result]]:
+    """Every measurement per key, in report order (a repeated run is a second measurement, not a duplicate)."""
+    out: dict[ResultKey, list[Result]] = {}
     for r in results:
-        out.setdefault(r.key(), r)  # a repeated key keeps its first measurement
+        out.setdefault(r.key(), []).append(r)
     return out
 
 
@@ -267,10 +339,11 @@ def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Co
         keys += [k for k in idx if k not in keys]
     rows = []
     for key in keys:
-        found = [idx.get(key) for idx in indexes]
-        values = [r.value if r else None for r in found]
-        units = {r.unit for r in found if r}
-        unit = next(r.unit for r in found if r)
+        found = [idx.get(key, []) for idx in indexes]
+        measurements = [[r.value for r in rs] for rs in found]
+        values = [statistics.median(m) if m else None for m in measurements]
+        units = {r.unit for rs in found for r in rs}
+        unit = next(rs[0].unit for rs in found if rs)
         ratios: list[float | None] = [None] * len(found)
         regressed: list[str] = []
         present = [lab for lab, r in zip(labels, found, strict=True) if r]
@@ -296,7 +369,17 @@ def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Co
             status = "no baseline value"
         if regressed:
             status = "regression"
-        rows.append(Row(key=key, unit=unit, values=values, ratios=ratios, status=status, regressed_in=regressed))
+        rows.append(
+            Row(
+                key=key,
+                unit=unit,
+                values=values,
+                ratios=ratios,
+                status=status,
+                regressed_in=regressed,
+                measurements=measurements,
+            )
+        )
 
     checks = _compare_checks(labels, [rep.checks for _, rep in reports])
     notes: list[str] = []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulab.errors import GpulabError
+from gpulab.paths import InputFileError, read_input_bytes
 from gpulab.report.model import SCHEMA_ID, Report
 
 if TYPE_CHECKING:  # jsonschema loads when a report is checked, not with every worker process that imports this
@@ -65,6 +66,11 @@ def schema_errors(data: Any) -> list[str]:
 
 
 def _describe(err: ValidationError) -> str:
+    while err.context:  # a oneOf/anyOf failed: the deepest error inside it names the real problem
+        err = max(err.context, key=lambda e: len(e.absolute_path))
+    if err.validator in ("minimum", "exclusiveMinimum"):
+        bound = "at least" if err.validator == "minimum" else "greater than"
+        return f"{err.json_path}: {err.instance!r} is out of range, it must be {bound} {err.validator_value}"
     message = err.message
     if len(message) > 300:
         message = message[:297] + "..."
@@ -169,16 +175,10 @@ def write_report(report: Report, path: Path) -> Path:
 def load_report(path: Path) -> Report:
     """Read and validate a report; every problem becomes a ReportError naming the file and the fix."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file; check the path", path) from None
-    except IsADirectoryError:
-        raise ReportError(f"{path} is a directory; pass a report JSON file inside it", path) from None
-    except PermissionError:
-        raise ReportError(f"{path}: permission denied; make it readable or copy it", path) from None
-    except OSError as err:
-        raise ReportError(f"{path}: cannot read: {err.strerror or err}", path) from None
+    try:  # a regular file of sane size: a directory, device or pipe is refused before a byte is read
+        raw = read_input_bytes(path, "report", "pass the report-*.json a validation run wrote")
+    except InputFileError as err:
+        raise ReportError(str(err), path) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -194,7 +194,7 @@ def load_report(path: Path) -> Report:
             path,
         )
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float)
     except json.JSONDecodeError as err:
         truncated = err.pos >= len(text.rstrip())
         what = "is truncated (the JSON ends early)" if truncated else "is not valid JSON"
@@ -206,9 +206,43 @@ def load_report(path: Path) -> Report:
     return report_from_data(data, path)
 
 
+class _NonFinite:
+    """Stands in for NaN, Infinity, -Infinity or an overflowing number while parsing, so the loader can say
+    where it was (json.loads would turn them into floats the schema's bounds cannot catch: NaN < 0 is False)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _finite_float(text: str) -> float | _NonFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(f"{text} (beyond the float range)")
+
+
+def _non_finite(value: Any, path: str = "$") -> tuple[str, str] | None:
+    """(JSON path, what it is) of the first NaN or infinite number in parsed or built report data."""
+    if isinstance(value, _NonFinite):
+        return path, value.text
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[repr(value)]
+    items: Any = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
+        if found:
+            return found
+    return None
+
+
 def report_from_data(data: Any, path: Path | str = "<data>") -> Report:
     """Check the `schema` tag and the schema, then build the Report; ReportError on any problem."""
     path = Path(path)
+    bad = _non_finite(data)
+    if bad:  # the writer refuses these too: a report holds finite numbers only
+        raise ReportError(
+            f"{path}: {bad[0]} is {bad[1]}, not a finite number (gpulab never writes NaN or infinity); "
+            "the run that produced it went wrong: re-run it, or fix or remove that value",
+            path,
+        )
     if not isinstance(data, dict):
         raise ReportError(
             f"{path} is not a gpulab report (schema: none; the JSON is a {type(data).__name__}, "

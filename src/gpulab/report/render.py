@@ -66,7 +66,10 @@ def pcie_text(link: dict[str, Any] | None, which: str) -> str:
 
 
 def platform_text(fp: dict[str, Any]) -> str:
-    host = fp.get("host") or {}
+    if fp.get("host") is None:  # a captured host: the capture says nothing about the platform
+        captured = ", ".join(map(str, fp.get("captured_from") or [])) or "a capture"
+        return f"not captured (judged from {captured})"
+    host = fp["host"]
     hyp = host.get("hypervisor")
     if not hyp:
         return "bare metal"
