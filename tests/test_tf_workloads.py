@@ -63,3 +63,46 @@ def test_param_tables_are_the_torch_ones() -> None:
 
     assert tf_style.SIZES is style_transfer.SIZES
     assert mnist.DEFAULTS["optimizer"] == "adadelta"
+
+
+KERAS_HINT = "pass the weights file of keras.applications.VGG19(include_top=False)"
+
+
+def test_vgg_weights_for_keras_load_or_fail_in_one_line(tmp_path) -> None:
+    import keras
+
+    from gpulab.workloads.tf.style_transfer import vgg19_features
+
+    taps = ["block1_conv1", "block2_conv1"]
+    good = tmp_path / "vgg19.weights.h5"
+    keras.applications.VGG19(include_top=False, weights=None).save_weights(str(good))
+    model, described = vgg19_features(taps, "max", good)
+    assert described.startswith(f"{good} sha256:") and len(model.outputs) == 2
+
+    other = tmp_path / "vgg16.weights.h5"
+    keras.applications.VGG16(include_top=False, weights=None).save_weights(str(other))
+    garbage = tmp_path / "random.weights.h5"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    torch_file = tmp_path / "vgg19.pth"
+    torch_file.write_bytes(b"PK\x03\x04" + bytes(100))
+    for path in (other, garbage, torch_file):
+        with pytest.raises(GpulabError) as caught:
+            vgg19_features(taps, "max", path)
+        message = str(caught.value)
+        assert "\n" not in message, message
+        assert message.startswith(f"style_transfer: {path} is not VGG19 weights for Keras (")
+        assert KERAS_HINT in message
+
+
+@pytest.mark.parametrize("value", ["", "/dev/zero", "folder", "empty.h5"])
+def test_vgg_weights_that_are_not_files_name_the_keras_file(tmp_path, value: str) -> None:
+    from gpulab.workloads.tf import build
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.h5").write_bytes(b"")
+    path = str(tmp_path / value) if value and not value.startswith("/") else value
+    with pytest.raises(GpulabError) as caught:
+        build(RunConfig("style_transfer", size="tiny", params={"vgg_weights": path}))
+    message = str(caught.value)
+    assert message.startswith("style_transfer: parameter vgg_weights: ") and "\n" not in message
+    assert KERAS_HINT in message and "torchvision" not in message

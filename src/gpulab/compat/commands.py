@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import re
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build
+from gpulab.compat import versions
+from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
 from gpulab.compat.data import GpuSpec
 from gpulab.compat.gpus import all_gpus
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
+from gpulab.errors import GpulabError
 
 _STACK_FLAGS = ("gpu", "driver", "cuda", "cudnn", "torch", "tensorflow", "python", "os")
 
@@ -58,6 +60,93 @@ _FLAG_HELP = {
 }
 
 
+# What each option takes, and a value that works, for the one-line error a malformed value gets.
+_EXPECTED = {
+    "profile": ("a named stack", "legacy-2018"),
+    "gpu": ("a GPU name, alias or PCI id", "P100"),
+    "driver": ("an NVIDIA driver version or branch", "580.95.05"),
+    "cuda": ("a CUDA version, or several separated by commas", "12.9"),
+    "cudnn": ("a cuDNN version", "9.10"),
+    "torch": ("a torch version, optionally with its build", "2.9.0+cu126"),
+    "tensorflow": ("a TensorFlow version", "2.20"),
+    "python": ("a Python version", "3.12"),
+    "os": ("an operating system (only Ubuntu releases are checked)", "ubuntu22.04"),
+}
+_LOCAL_TAG = re.compile(r"[a-z0-9]+(?:\.[a-z0-9]+)*")
+_CUDA_SEPARATORS = re.compile(r"\s*[,+]\s*|\s+")
+_OS_NAME = re.compile(r"[A-Za-z][\w .-]*")
+
+
+def _refuse(label: str, value: str, problem: str, name: str, usage: str | None = None) -> GpulabError:
+    """One line naming the option (`label`), what is wrong, and a value that works (`usage` EXAMPLE)."""
+    what, example = _EXPECTED[name]
+    given = label if problem == "is empty" else f"{label} {value!r}"
+    return GpulabError(f"{given} {problem}; pass {what}, e.g. {usage or label} {example}")
+
+
+def _is_version(text: str) -> bool:
+    try:
+        versions.parse(text)
+    except GpulabError:
+        return False
+    return True
+
+
+def _is_cuda(text: str) -> bool:
+    try:
+        versions.cuda_version(text)
+    except GpulabError:
+        return False
+    return True
+
+
+def _syntax_problem(name: str, text: str) -> str | None:
+    """Why `text` cannot be a value of option `name` at all (None when it can); whether the matrix knows the
+    version is check_stack's question, answered as an incompatibility with its fix."""
+    if name in ("driver", "cudnn", "tensorflow", "python"):
+        return None if _is_version(text) else "is not a version number"
+    if name == "cuda":
+        # The same separators Stack.cuda_list splits on; an empty item means a stray separator.
+        items = _CUDA_SEPARATORS.split(text)
+        return None if all(item and _is_cuda(item) for item in items) else "is not a CUDA version"
+    if name == "torch":
+        base, plus, tag = text.partition("+")
+        tag_ok = not plus or _LOCAL_TAG.fullmatch(tag.lower()) is not None
+        return None if _is_version(base) and tag_ok else "is not a torch version"
+    if name == "os" and (text.lower().startswith("ubuntu") or text[:1].isdigit()):
+        # Other systems are not checked; this one was meant as Ubuntu, and would silently go unchecked.
+        return None if ubuntu_release(text) else "is not an Ubuntu release"
+    if name == "os" and not _OS_NAME.fullmatch(text):
+        return "is not an operating system name"
+    return None
+
+
+def _option(label: str, value: str | None, name: str | None = None, usage: str | None = None) -> str | None:
+    """`value` of option `label`, stripped; an empty or malformed one is refused naming the option and an example.
+
+    Without this an empty value reads as "not given" and the check says OK for a stack it never looked at.
+    """
+    if value is None:
+        return None
+    name = name or label.lstrip("-")
+    text = value.strip()
+    if not text:
+        raise _refuse(label, value, "is empty", name, usage)
+    if not text.isprintable():
+        raise _refuse(label, value, "contains control characters", name, usage)
+    problem = _syntax_problem(name, text)
+    if problem:
+        raise _refuse(label, value, problem, name, usage)
+    return text
+
+
+def _profile_name(label: str, value: str, usage: str | None = None) -> str:
+    text = _option(label, value, "profile", usage) or ""
+    if text.lower() not in profile_names():
+        raise _refuse(label, value, f"is not a known stack (known: {', '.join(profile_names())})", "profile", usage)
+    return text
+
+
 def _stack_line(stack: Stack) -> str:
     return ", ".join(f"{k}={v}" for k, v in stack.to_dict().items() if v)
 
@@ -86,16 +175,18 @@ def _report(stack: Stack, problems: list[Incompatibility], as_json: bool) -> int
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    base = profile(args.profile) if args.profile else Stack()
-    stack = base.override(**{flag: getattr(args, flag) for flag in _STACK_FLAGS})
+    base = profile(_profile_name("--profile", args.profile)) if args.profile is not None else Stack()
+    stack = base.override(**{flag: _option(f"--{flag}", getattr(args, flag)) for flag in _STACK_FLAGS})
     if stack == Stack():
-        print("nothing to check: pass --profile or at least one of --gpu/--driver/--cuda/...", file=sys.stderr)
-        return 2
+        raise GpulabError(
+            "nothing to check: pass --profile or at least one of --gpu/--driver/--cuda/..., "
+            "e.g. gpulab matrix check --gpu P100 --cuda 12.9"
+        )
     return _report(stack, check_stack(stack), args.json)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    stack = plan_stack(args.gpu, args.os)
+    stack = plan_stack(_option("--gpu", args.gpu) or "", _option("--os", args.os))
     build = selected_torch_build(stack)
     if args.json:
         out = {"stack": stack.to_dict(), "torch_index_url": build.index_url if build else None}
@@ -137,7 +228,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    stack = profile(args.profile)
+    name = _profile_name("PROFILE", args.profile, usage="gpulab matrix show")
+    stack = profile(name)
     if not args.json:
-        print(f"{args.profile}: {profile_description(args.profile)}")
+        print(f"{name}: {profile_description(name)}")
     return _report(stack, check_stack(stack), args.json)

@@ -74,6 +74,94 @@ def read_mnist(root: Path) -> tuple[Any, Any]:
 
 # ---------- CIFAR-10 (python pickles) ----------
 
+# Every global a CIFAR-10 python batch references: its b"data" array, pickled by Python 2 (protocol 2) with numpy
+# 1.x, or the same array pickled by numpy 2.x (numpy._core). Unpickling any other global could run code.
+_CIFAR_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+)
+_CIFAR_FIX = "use the python version of CIFAR-10 (cifar-10-python.tar.gz, unpacked: cifar-10-batches-py/)"
+
+
+class _ForeignGlobal(Exception):
+    """A batch names a global no CIFAR-10 batch uses; raised before it is imported or called."""
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """`text` for a one-line message: as is when short and printable, else its repr, cut."""
+    if text.isprintable() and len(text) <= limit:
+        return text
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise _ForeignGlobal(_shown(f"{module}.{name}"))
+        import importlib
+
+        import numpy as np
+
+        if name == "_reconstruct":
+            # numpy 2 keeps numpy.core only as a deprecated alias; both names are the same function.
+            core = "numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray"
+            return importlib.import_module(core)._reconstruct
+        return getattr(np, name)
+
+
+def _reason(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return _shown(lines[0], 200) if lines else type(err).__name__
+
+
+def _cifar_batch(path: Path) -> tuple[Any, Any]:
+    """(data uint8 N×3072, labels int64 N) of one python batch; nothing in the file but numpy arrays is built."""
+    import numpy as np
+
+    def refuse(why: str) -> GpulabError:
+        return GpulabError(
+            f"cifar10: {path} is not a CIFAR-10 batch (a pickled dict of b'data' N×3072 uint8 and b'labels'): "
+            f"{why}; {_CIFAR_FIX}"
+        )
+
+    try:
+        with path.open("rb") as f:
+            # encoding="bytes": the batches were pickled by Python 2, whose str keys and data read back as bytes.
+            entry = _CifarUnpickler(f, encoding="bytes").load()
+    except _ForeignGlobal as err:
+        raise GpulabError(
+            f"cifar10: {path} is not a CIFAR-10 batch: it references {err}, which a CIFAR-10 batch never does "
+            f"(nothing in it was run); {_CIFAR_FIX}"
+        ) from None
+    except OSError as err:
+        raise GpulabError(f"cifar10: cannot read {path}: {_reason(err)}") from None
+    except Exception as err:  # anything a damaged or foreign pickle raises while loading
+        raise refuse(f"{_reason(err)} ({type(err).__name__})") from None
+    if not isinstance(entry, dict):
+        raise refuse(f"it holds a {type(entry).__name__}, not a dict")
+    if b"data" not in entry:
+        keys = ", ".join(_shown(repr(k), 40) for k in list(entry)[:6])
+        raise refuse(f"no b'data' entry (it has {keys or 'no keys'})")
+    raw_labels = entry.get(b"labels", entry.get(b"fine_labels"))
+    if raw_labels is None:
+        raise refuse("no b'labels' entry")
+    try:
+        data = np.asarray(entry[b"data"])
+        labels = np.asarray(raw_labels)
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise ValueError(f"b'data' is {data.dtype} {data.shape}, not uint8 N×3072")
+        if labels.ndim != 1 or len(labels) != len(data) or (len(labels) and labels.dtype.kind not in "iu"):
+            raise ValueError(f"b'labels' is {labels.dtype} {labels.shape} for {len(data)} images, not N integers")
+        if len(labels) and (labels.min() < 0 or labels.max() > 9):
+            raise ValueError("labels outside 0..9")
+    except (TypeError, ValueError) as err:
+        raise refuse(_reason(err)) from None
+    return data, labels.astype(np.int64)
+
 
 def read_cifar10(root: Path) -> tuple[Any, Any]:
     """(images uint8 N×3×32×32, labels int64 N) from data_batch_1..5."""
@@ -89,21 +177,7 @@ def read_cifar10(root: Path) -> tuple[Any, Any]:
         )
     images, labels = [], []
     for name in CIFAR_FILES:
-        path = folder / name
-        try:
-            with path.open("rb") as f:
-                entry = pickle.load(f, encoding="bytes")
-            data = np.asarray(entry[b"data"], dtype=np.uint8)
-            batch_labels = np.asarray(entry.get(b"labels", entry.get(b"fine_labels")), dtype=np.int64)
-            if data.ndim != 2 or data.shape[1] != 3072 or len(batch_labels) != len(data):
-                raise ValueError(f"data {data.shape}, labels {batch_labels.shape}")
-            if len(batch_labels) and (batch_labels.min() < 0 or batch_labels.max() > 9):
-                raise ValueError("labels outside 0..9")
-        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError) as err:
-            raise GpulabError(
-                f"cifar10: {path} is not a CIFAR-10 python batch (a pickled dict with b'data' N×3072 uint8 and "
-                f"b'labels'): {err}"
-            ) from None
+        data, batch_labels = _cifar_batch(folder / name)
         images.append(data.reshape(-1, 3, 32, 32))
         labels.append(batch_labels)
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
@@ -246,7 +320,8 @@ def write_cifar10_batches(root: Path, per_batch: int = 20, seed: int = 0) -> int
             b"labels": [int(v) for v in rng.integers(0, 10, size=per_batch)],
         }
         with (root / name).open("wb") as f:
-            pickle.dump(entry, f)
+            # Protocol 4 pickles arrays through numpy's _reconstruct, as the real batches do (protocol 5 would not).
+            pickle.dump(entry, f, protocol=4)
     return per_batch * len(CIFAR_FILES)
 
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab import paths
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
@@ -52,6 +55,62 @@ DEFAULTS: dict[str, Any] = {
     "output": None,  # where finish() writes the result image
     "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only)
 }
+
+MAX_INPUT_BYTES = 4 * 1024**3  # VGG19's weights are 548 MB; an image is far less
+
+
+# ---------- input files ----------
+
+# What to pass instead, in the one-line error a bad input file gets.
+IMAGE_HINT = "pass an image file Pillow reads (JPEG, PNG, ...)"
+VGG_WEIGHTS_HINT = (
+    "pass the file torchvision's VGG19 weights download wrote (vgg19-dcbb9e9d.pth in ~/.cache/torch/hub/checkpoints)"
+)
+
+
+def cause(err: BaseException) -> str:
+    """The first informative line of an exception from a loader, for a one-line message."""
+    text = str(err)
+    # torch's weights-only refusal starts with a paragraph about torch.load; what was wrong comes after this.
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(err).__name__
+    if first.endswith(":") and len(lines) > 1:  # "...error for object X:" announces the detail on the next line
+        first = f"{first} {lines[1]}"
+    return first if len(first) <= 200 else first[:200] + "…"
+
+
+def input_file(name: str, value: Any, hint: str, workload: str = "style_transfer") -> Path | None:
+    """The regular, non-empty file parameter `name` names (None when unset); anything else is one GpulabError.
+
+    Checked before anything opens it (gpulab.paths): a directory, a device such as /dev/zero or a pipe would
+    otherwise fail deep inside a loader, or be read without end.
+    """
+    if value is None:
+        return None
+    what = f"{workload}: parameter {name}:"
+    if not isinstance(value, (str, os.PathLike)):  # --param values parse as JSON: 3, [..], true are not paths
+        raise GpulabError(f"{what} {value!r} is not a file path; {hint}")
+    if not str(value).strip():
+        raise GpulabError(f"{what} the path is empty; {hint}")
+    path = paths.input_file(Path(value).expanduser(), what, hint, limit=MAX_INPUT_BYTES)
+    if path.stat().st_size == 0:
+        raise GpulabError(f"{what} file {path} is empty; {hint}")
+    return path
+
+
+def file_digest(path: Path) -> str:
+    """The first 12 hex digits of the file's SHA-256, read in chunks (weights files are hundreds of MB)."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                digest.update(chunk)
+    except OSError as err:
+        raise GpulabError(f"style_transfer: cannot read {path}: {err.strerror or cause(err)}") from None
+    return digest.hexdigest()[:12]
 
 
 # ---------- images ----------
@@ -97,15 +156,17 @@ def _sample_photo(name: str) -> Path | None:
     return None
 
 
-def _load_image(path: Path) -> Any:
+def _load_image(path: Path, name: str = "content") -> Any:
     import numpy as np
     from PIL import Image
 
     try:
         with Image.open(path) as img:
             return np.asarray(img.convert("RGB"))
-    except OSError as err:
-        raise GpulabError(f"style_transfer: cannot read image {path}: {err}") from None
+    except Exception as err:  # Pillow raises OSError, ValueError, DecompressionBombError, ... for bad files
+        raise GpulabError(
+            f"style_transfer: parameter {name}: {path} is not an image Pillow can read ({cause(err)}); {IMAGE_HINT}"
+        ) from None
 
 
 def _resize(array: Any, height: int, width: int) -> Any:
@@ -158,33 +219,41 @@ def vgg19_features(layers: int, pooling: str) -> Any:
     return nn.Sequential(*modules)
 
 
-def _load_weights(features: Any, path: Path) -> str:
+def load_vgg_weights(features: Any, path: Path) -> str:
+    """Load a torchvision VGG19 state dict (the full model's or `features` alone) into `features`."""
     import torch
 
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
+    digest = file_digest(path)
+
+    def refuse(why: str) -> GpulabError:
+        return GpulabError(f"style_transfer: {path} is not a VGG19 state dict ({why}); {VGG_WEIGHTS_HINT}")
+
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise GpulabError(f"style_transfer: cannot load VGG19 weights from {path}: {err}") from None
+        with warnings.catch_warnings():
+            # torch warns about odd pickle protocols on its way to refusing a file; the refusal below says it all.
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # whatever a file that is not a torch.save archive makes torch.load raise
+        raise refuse(cause(err)) from None
     if not isinstance(state, dict):
-        raise GpulabError(f"style_transfer: {path} holds a {type(state).__name__}, not a VGG19 state_dict")
+        raise refuse(f"it holds a {type(state).__name__}, not a dict of tensors")
+    if not all(isinstance(k, str) for k in state):
+        raise refuse("its keys are not all parameter names")
     if any(k.startswith("features.") for k in state):
         state = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
-    wanted = features.state_dict()
-    missing = [k for k in wanted if k not in state]
-    if missing:
-        raise GpulabError(
-            f"style_transfer: {path} is not a torchvision VGG19 state_dict: no {missing[0]} "
-            f"(expected keys like features.0.weight)"
-        )
+    for key, wanted in features.state_dict().items():
+        given = state.get(key)
+        if given is None:
+            raise refuse(f"no features.{key}; its keys start {', '.join(list(state)[:3]) or '(none)'}")
+        if not isinstance(given, torch.Tensor):
+            raise refuse(f"features.{key} is {type(given).__name__}, not a tensor")
+        if given.shape != wanted.shape:
+            raise refuse(f"features.{key} has shape {list(given.shape)}, VGG19's has {list(wanted.shape)}")
     try:
-        features.load_state_dict({k: state[k] for k in wanted})
-    except RuntimeError as err:
-        raise GpulabError(f"style_transfer: {path} does not fit VGG19: {err}") from None
-    return f"{path} sha256:{digest.hexdigest()[:12]}"
+        features.load_state_dict({k: state[k] for k in features.state_dict()})
+    except Exception as err:  # shapes and types were checked; this is a last line of defence
+        raise refuse(cause(err)) from None
+    return f"{path} sha256:{digest}"
 
 
 def _gram(features: Any, scale: float) -> Any:
@@ -218,10 +287,12 @@ class StyleSettings:
     scales: list[float]
     output: Path | None
     weights_path: Path | None
+    content_path: Path | None
 
 
-def style_settings(cfg: RunConfig) -> StyleSettings:
-    """Check `cfg` and its params for style transfer; every problem is a GpulabError naming the param."""
+def style_settings(cfg: RunConfig, weights_hint: str = VGG_WEIGHTS_HINT) -> StyleSettings:
+    """Check `cfg` and its params for style transfer; every problem is a GpulabError naming the param.
+    `weights_hint` says which weights file the framework loads, for the error a bad vgg_weights gets."""
     p = Params("style_transfer", cfg.params, DEFAULTS)
     default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
     _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
@@ -245,10 +316,10 @@ def style_settings(cfg: RunConfig) -> StyleSettings:
     lr = p.number("learning_rate", above=True)
     betas = (p.number("beta1", maximum=1.0), p.number("beta2", maximum=1.0))
     eps = p.number("epsilon", above=True)
-    style_paths = p.raw("style")
-    style_paths = (
-        [] if style_paths is None else [style_paths] if isinstance(style_paths, (str, Path)) else list(style_paths)
-    )
+    style_raw = p.raw("style")
+    style_items = style_raw if isinstance(style_raw, (list, tuple)) else [] if style_raw is None else [style_raw]
+    # Every input file is checked here, before the network is built.
+    style_paths: list[Any] = [input_file("style", item, IMAGE_HINT) for item in style_items]
     scales = p.numbers("style_scales")
     styles_n = max(1, len(style_paths))
     if len(scales) == 1:
@@ -262,10 +333,11 @@ def style_settings(cfg: RunConfig) -> StyleSettings:
         raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
     output = p.raw("output")
     output_path = Path(output).expanduser() if output else None
-    weights_path = p.existing_file("vgg_weights")
+    weights_path = input_file("vgg_weights", p.raw("vgg_weights"), weights_hint)
+    content_path = input_file("content", p.raw("content"), IMAGE_HINT)
     return StyleSettings(
         p, steps, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight, layer_exp, lr,
-        betas, eps, style_paths, scales, output_path, weights_path,
+        betas, eps, style_paths, scales, output_path, weights_path, content_path,
     )  # fmt: skip
 
 
@@ -285,9 +357,9 @@ class StyleImages:
 def load_images(st: StyleSettings) -> StyleImages:
     """Read (or generate) and resize the images the same way for every framework."""
     width, height = st.width, st.height
-    content_path = st.params.existing_file("content")
+    content_path = st.content_path
     if content_path is not None:
-        content_np, content_desc = _load_image(content_path), str(content_path)
+        content_np, content_desc = _load_image(content_path, "content"), str(content_path)
         h0, w0 = content_np.shape[:2]
         height = height or max(32, round(width * h0 / w0))
     else:
@@ -297,10 +369,7 @@ def load_images(st: StyleSettings) -> StyleImages:
             height = round(width * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1])
     styles: list[tuple[Any, str]] = []
     for path in st.style_paths:
-        path = Path(path).expanduser()
-        if not path.is_file():
-            raise GpulabError(f"style_transfer: parameter style: file {path} does not exist")
-        styles.append((_load_image(path), str(path)))
+        styles.append((_load_image(path, "style"), str(path)))
     if not styles:
         styles.append(default_image("style"))
     style_arrays = []
@@ -408,7 +477,7 @@ class StyleTransferSession(StyleSessionBase):
         layers = max([*content_taps, *style_taps]) + 1
 
         features = vgg19_features(layers, st.pooling)
-        self._weights = _load_weights(features, st.weights_path) if st.weights_path is not None else "random"
+        self._weights = load_vgg_weights(features, st.weights_path) if st.weights_path is not None else "random"
         channels_last = cfg.channels_last
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
         features = features.to(device=device, memory_format=memory_format).eval()

@@ -9,7 +9,6 @@ VGG weights are random unless `vgg_weights` names a Keras `.weights.h5` file of 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,10 @@ STYLE_LAYERS = {
     "relu5_1": "block5_conv1",
 }
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
+KERAS_WEIGHTS_HINT = (
+    "pass the weights file of keras.applications.VGG19(include_top=False): the "
+    "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5 Keras downloads to ~/.keras/models, or a .weights.h5 it saved"
+)
 
 
 def vgg19_features(taps: list[str], pooling: str, weights: Path | None) -> tuple[Any, str]:
@@ -39,11 +42,14 @@ def vgg19_features(taps: list[str], pooling: str, weights: Path | None) -> tuple
     vgg = keras.applications.VGG19(include_top=False, weights=None, input_shape=(None, None, 3))
     described = "random"
     if weights is not None:
-        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+        digest = torch_st.file_digest(weights)
         try:
             vgg.load_weights(str(weights))
-        except Exception as err:
-            raise GpulabError(f"style_transfer: cannot load VGG19 weights from {weights}: {err}") from None
+        except Exception as err:  # h5py, Keras and the OS each raise their own for a file that is not these weights
+            why = torch_st.cause(err)
+            raise GpulabError(
+                f"style_transfer: {weights} is not VGG19 weights for Keras ({why}); {KERAS_WEIGHTS_HINT}"
+            ) from None
         described = f"{weights} sha256:{digest}"
     names = [layer.name for layer in vgg.layers]
     last = max(names.index(t) for t in taps)
@@ -77,7 +83,7 @@ class TFStyleTransferSession(torch_st.StyleSessionBase):
                 "style_transfer optimises an input, not a model: MirroredStrategy does not apply to it; "
                 "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
             )
-        st = torch_st.style_settings(cfg)
+        st = torch_st.style_settings(cfg, KERAS_WEIGHTS_HINT)
         self.steps, self._output = st.steps, st.output
         seed_everything(cfg.seed)
         self._numerics = TFNumerics(cfg.precision)
