@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
 from gpulab import __version__
-from gpulab.errors import GpulabError
+from gpulab.errors import ERROR_PREFIX, GpulabError
+from gpulab.paths import os_error_reason
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,16 +30,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command. Whatever goes wrong ends in one line on stderr and an exit code, never a traceback:
+    2 for a problem with the input or the machine, 1 for a failed check (the command's own), 130 on Ctrl-C.
+    GPULAB_TRACEBACK=1 shows the traceback of an unexpected error."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except GpulabError as err:
-        print(f"gpulab: error: {err}", file=sys.stderr)
-        return err.exit_code
+        return _fail(str(err), err.exit_code)
     except KeyboardInterrupt:
         print("gpulab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gpulab ... | head`: the reader left; nothing more to say
+        with contextlib.suppress(OSError, ValueError):  # so the flush at exit does not fail a second time
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as err:
+        return _fail(os_error_reason(err), 2)
+    except MemoryError:
+        return _fail("out of memory; an input is far larger than expected: check the files given", 2)
+    except UnicodeDecodeError as err:
+        return _fail(f"an input is not UTF-8 text ({err.reason} at offset {err.start}); pass the right file", 2)
+    except Exception as err:  # third-party errors too: one line, the traceback on request
+        if os.environ.get("GPULAB_TRACEBACK"):
+            raise
+        where = type(err).__module__.split(".")[0]
+        return _fail(
+            f"unexpected {where}.{type(err).__name__}: {_first_line(err)}; "
+            "re-run with GPULAB_TRACEBACK=1 to see where, and report it if the input looks right",
+            2,
+        )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{ERROR_PREFIX}{message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# How a worker process reports a GpulabError on stderr, so that its parent passes the message on unchanged.
+ERROR_PREFIX = "gpulab: error: "
+
 
 class GpulabError(Exception):
     """A user-facing failure. `str(err)` is the whole message; the CLI prints it and exits non-zero."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.launch.common import BATCH_POLICIES, PRECISIONS
-from gpulab.report.model import Report, Result, Scaling
+from gpulab.report.append import append_results
+from gpulab.report.model import Result
 from gpulab.workloads.base import SIZES, RunConfig
 
 LAUNCHERS = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")
@@ -58,34 +60,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
-def append_results(path: Path, results: list[Result], command: str | None = None) -> Report:
-    """Add `results` to the report at `path` (a new one with this host's fingerprint if there is none),
-    recompute speedups and scaling (keeping expected efficiencies already there), write it atomically."""
-    from gpulab.report.io import load_report, write_report
-    from gpulab.report.scaling import scaling, speedups
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before the first step: every output can be written, and an existing --report is a report to append to."""
+    from gpulab.paths import output_dir, output_file
 
-    path = Path(path)
-    if path.exists():
-        report = load_report(path)
-    else:
-        from gpulab.hw.discover import fingerprint
+    if args.report is not None:
+        output_file(args.report, "--report")
+        if args.report.exists():
+            from gpulab.report.io import load_report
 
-        report = Report(fingerprint=fingerprint(probe_frameworks=False).to_dict(), tier="run", command=command)
-    report.results.extend(results)
-    report.speedups = speedups(report.results)
-    known = {_scaling_key(s): s for s in report.scaling}
-    fresh = scaling(report.results)
-    for row in fresh:
-        old = known.get(_scaling_key(row))
-        if old is not None and row.expected is None:
-            row.expected, row.expected_source = old.expected, old.expected_source
-    report.scaling = fresh
-    write_report(report, path)
-    return report
-
-
-def _scaling_key(s: Scaling) -> tuple[str, str, str, str, int]:
-    return (s.workload, s.framework, s.launcher, s.precision, s.n)
+            load_report(args.report)  # a file that is not a report is refused now, not after the training
+    if getattr(args, "sweep_dir", None) is not None:
+        output_dir(args.sweep_dir, "--sweep-dir")
 
 
 def describe(result: Result) -> str:
@@ -157,6 +143,7 @@ def _run_tensorflow(args: argparse.Namespace, cfg: RunConfig) -> Result:
 def cmd_run(args: argparse.Namespace) -> int:
     from gpulab.launch import run_cpu, run_dataparallel, run_ddp, run_gpu
 
+    check_outputs(args)
     cfg = config_from_args(args)
     common: dict[str, Any] = {"builder": args.builder}
     if args.launcher in ("cpu", "gpu") and (args.batch_policy != "per_device" or args.scale_lr):
@@ -199,11 +186,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from gpulab.launch import run_sweep
 
+    check_outputs(args)
     cfg = config_from_args(args)
     framework = getattr(args, "framework", "torch")
     if framework == "tensorflow" and args.builder:
         raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
-    with _status(f"sweep: {args.runs or args.gpus} runs of {cfg.workload} over {args.gpus} devices"):
+    import contextlib
+
+    # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
+    # pool workers forked from here) goes to stderr instead.
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {cfg.workload} over {args.gpus} devices"):
         result = run_sweep(
             cfg,
             args.gpus,
@@ -217,7 +210,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             telemetry=not args.no_telemetry,
             framework=framework,
         )
-    print(f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})")
+    where = f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})"
+    # A message beside the JSON (which records both as params.psweep_db and params.psweep_run_id).
+    print(where, file=sys.stderr if args.json else sys.stdout)
     return _finish(args, result)
 
 
@@ -225,6 +220,26 @@ def _all_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -249,10 +264,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for image models")
     p.add_argument("--batch", type=_positive, help="batch per device (global with --batch-policy global)")
     p.add_argument("--steps", type=_positive, help="timed steps (default: the workload's for --size)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps (default 3)")
+    p.add_argument("--warmup", type=_non_negative, default=3, help="untimed warm-up steps (default 3)")
     p.add_argument("--size", choices=SIZES, default="standard", help="problem size (default standard)")
     p.add_argument("--data", type=Path, metavar="PATH", help="real data (default: synthetic tensors)")
-    p.add_argument("--num-workers", type=int, default=2, help="DataLoader workers for --data (default 2)")
+    p.add_argument("--num-workers", type=_non_negative, default=2, help="DataLoader workers for --data (default 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="a workload knob, repeatable (--param learning_rate=0.1)"
@@ -269,7 +284,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="linear scaling rule: learning rate × N (needs --param learning_rate=...)",
     )
     p.add_argument("--threads", type=_positive, help="CPU threads (cpu launcher: default all; per process: 1)")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a multi-process run is stopped")
+    p.add_argument("--timeout", type=_seconds, default=3600.0, help="seconds before a multi-process run is stopped")
     p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU telemetry through NVML")
     p.add_argument("--report", type=Path, metavar="FILE", help="append the result to this report JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -295,7 +310,7 @@ def add_commands(sub: Any) -> None:
     _common(run)
     run.add_argument("--launcher", choices=LAUNCHERS, default="gpu", help="how to run it (default gpu)")
     run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
-    run.add_argument("--index", type=int, default=0, help="which GPU for --launcher gpu (default 0)")
+    run.add_argument("--index", type=_non_negative, default=0, help="which GPU for --launcher gpu (default 0)")
     run.add_argument("--backend", choices=("nccl", "gloo"), help="DDP backend (default: nccl with GPUs, else gloo)")
     run.set_defaults(func=cmd_run)
 

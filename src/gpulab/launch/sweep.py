@@ -185,6 +185,7 @@ def run_sweep(
     ordinals = list(range(gpus)) if on_gpu else []
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    _check_database(sweep_dir)
     uuid = (lambda k: None) if tensorflow else gpu_uuid  # torch names the UUIDs; for TensorFlow, the ordinals
     slots = [(f"cuda:{k}", uuid(k) or str(k)) for k in ordinals] or [("cpu", "")] * gpus
     psets = []
@@ -245,6 +246,26 @@ def run_sweep(
             f"and the psweep database {sweep_dir / DATABASE} (run id {run_id}) records them"
         )
     return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, framework)
+
+
+def _check_database(sweep_dir: Path) -> None:
+    """An existing database must be psweep's, readable, before any run starts (new runs are added to it)."""
+    import pandas as pd
+    import psweep
+
+    path = sweep_dir / DATABASE
+    if not path.exists():
+        return
+    fix = f"move {path} away or pass another --sweep-dir"
+    if not path.is_file():
+        raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a file; {fix}")
+    try:
+        df = psweep.df_read(str(path))
+    except Exception as err:  # pickle and pandas raise many types for a damaged or foreign file
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a readable psweep database ({why}); {fix}") from None
+    if not isinstance(df, pd.DataFrame) or "_run_id" not in df.columns:
+        raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a psweep database (no _run_id column); {fix}")
 
 
 def _present(value: Any) -> bool:

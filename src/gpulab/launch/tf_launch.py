@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import GpulabError
+from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.launch.common import check_config, config_to_dict, plan_batch
 from gpulab.report.model import Result, result_from_dict
 from gpulab.workloads.base import RunConfig
@@ -79,6 +79,9 @@ def _worker(
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env)
         except subprocess.TimeoutExpired:
             raise GpulabError(f"the TensorFlow run did not finish in {timeout_s:.0f} s") from None
+        own = [ln for ln in done.stderr.splitlines() if ln.startswith(ERROR_PREFIX)]
+        if done.returncode == 2 and own:
+            raise GpulabError(own[-1].removeprefix(ERROR_PREFIX))
         if done.returncode != 0 or not out.exists():
             raise GpulabError(f"the TensorFlow run failed (exit {done.returncode}): {_error_line(done.stderr)}")
         return json.loads(out.read_text()), Path(tmp)

@@ -14,10 +14,12 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.launch.common import BatchPlan, config_from_dict, jsonable, loss_value, make_result, write_json_atomic
 
 
@@ -139,7 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     config = json.loads(args.config.read_text())
     if args.device_label:
         config["device_label"] = args.device_label
-    run(config, args.out, args.index, args.runs, args.ready_dir)
+    try:
+        run(config, args.out, args.index, args.runs, args.ready_dir)
+    except GpulabError as err:  # the parent passes this line on as it is: a bad input, not a crash
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

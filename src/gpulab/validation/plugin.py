@@ -20,6 +20,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
+from gpulab.paths import input_file, output_dir
 from gpulab.report.model import Check, Status
 from gpulab.validation.expectations import TIER_SIZE
 from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda
@@ -53,17 +54,30 @@ def _options(config: pytest.Config) -> Options:
     )
     if opts.expect_gpus is not None and opts.expect_gpus < 0:
         raise pytest.UsageError(f"--expect-gpus {opts.expect_gpus}: give the number of GPUs this host should have")
-    if opts.baseline is not None and not opts.baseline.is_file():
-        raise pytest.UsageError(f"--baseline {opts.baseline}: no such file; give an earlier report-*.json")
-    if opts.from_xml is not None and not opts.from_xml.is_file():
-        raise pytest.UsageError(f"--from-xml {opts.from_xml}: no such file; capture one with `nvidia-smi -q -x`")
+    # Every file is checked before the first test: a baseline or report directory found bad at the end would
+    # throw the whole run away.
+    try:
+        output_dir(opts.report_dir, "--report-dir")
+        if opts.baseline is not None:
+            from gpulab.report.io import load_report  # jsonschema loads only when a report is checked
+
+            load_report(opts.baseline)
+        if opts.from_xml is not None:
+            input_file(opts.from_xml, "--from-xml", "capture one with `nvidia-smi -q -x > FILE`")
+        if opts.topo_file is not None:
+            input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
+    except GpulabError as err:
+        raise pytest.UsageError(str(err)) from None
     return opts
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs at least one NVIDIA GPU")
     config.addinivalue_line("markers", "multi_gpu: needs at least two NVIDIA GPUs")
-    config.addinivalue_line("markers", "live: needs live NVML and CUDA (not a captured nvidia-smi file)")
+    config.addinivalue_line(
+        "markers",
+        "live: measures or queries this machine (NVML, CUDA, its CPU): skipped when judging a captured file",
+    )
     if not hasattr(config, "workerinput") and config.getoption("--tier", None) is None:
         return  # plugin loaded without our options (should not happen)
     opts = _options(config)
@@ -71,13 +85,17 @@ def pytest_configure(config: pytest.Config) -> None:
         # NVML first, without frameworks: the GPU selection must be in CUDA_VISIBLE_DEVICES before any framework
         # initialises CUDA, so in-process device K is the K-th selected GPU.
         base = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=False)
-        visible = visible_to_cuda(base.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        gpus = select_gpus(visible, opts.gpus)
+        # This machine's CUDA_VISIBLE_DEVICES says nothing about a captured host's GPUs.
+        env = os.environ.get("CUDA_VISIBLE_DEVICES") if opts.from_xml is None else None
+        gpus = select_gpus(visible_to_cuda(base.gpus, env), opts.gpus)
     except GpulabError as err:
         raise pytest.UsageError(str(err)) from err
-    if gpus and opts.from_xml is None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
-    fp = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=True)
+    if opts.from_xml is None:
+        if gpus:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
+        fp = discover(topo_file=opts.topo_file, probe_frameworks=True)
+    else:
+        fp = base  # a capture is judged on what it holds: nothing more is read from this machine
     config.stash[LAB_KEY] = Lab(options=opts, fingerprint=fp, gpus=gpus)
     _stop_gracefully_on_sigterm()
 
@@ -101,7 +119,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     lab = _lab(config)
     no_gpu = pytest.mark.skip(reason=lab.fingerprint.gpu_absent_reason or "no GPU selected")
     one_gpu = pytest.mark.skip(reason=f"needs 2 or more GPUs, {len(lab.gpus)} selected")
-    captured = pytest.mark.skip(reason=f"judging a captured file ({lab.options.from_xml}): needs the live machine")
+    captured = pytest.mark.skip(
+        reason=f"judging a captured file ({lab.options.from_xml}): this measures the machine it runs on, "
+        "which is not the captured host"
+    )
     for item in items:
         if ("gpu" in item.keywords or "multi_gpu" in item.keywords) and not lab.gpus:
             item.add_marker(no_gpu)
@@ -232,6 +253,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     tr = terminalreporter
     tr.section("gpulab")
+    if lab.options.from_xml is not None:
+        tr.write_line(
+            f"judged a capture: {', '.join(lab.fingerprint.captured_from)}; host, CPU, memory, CUDA toolkits, "
+            "cuDNN and frameworks not captured"
+        )
     if not lab.gpus:
         tr.write_line(f"verdict: {lab.fingerprint.gpu_absent_reason or 'no GPU selected'} (CPU results only)")
     for line in lab.messages:
