@@ -411,8 +411,7 @@ def file_problem(path: Path) -> str:
 def test_spec_files_that_cannot_be_a_spec(tmp_path):
     missing_spec = tmp_path / "missing.yml"
     assert file_problem(missing_spec) == (
-        f"VM spec {missing_spec} does not exist; give the path of a VM spec file "
-        "(YAML, see docs/vm.md)."
+        f"VM spec {missing_spec} does not exist; give the path of a VM spec file (YAML, see docs/vm.md)."
     )
     assert file_problem(tmp_path).endswith(
         " is a directory, not a file; give the path of a VM spec file (YAML, see docs/vm.md)."
