@@ -14,6 +14,7 @@ import hashlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -253,6 +254,32 @@ def test_a_file_that_is_not_a_report_is_refused_before_the_training(tmp_path: Pa
     assert proc.returncode == 2 and "not a gpulab report" in proc.stderr
     assert "samples/s" not in proc.stdout
     assert notes.read_text() == '{"my": "notes"}\n'
+
+
+INTERRUPTED = [
+    (delay, argv)
+    for argv in (
+        ["run", "resnet50", "--launcher", "cpu", "--size", "quick", "--threads", "1"],
+        ["run", "mnist", "--launcher", "ddp", "--gpus", "2", "--size", "quick", "--threads", "1"],
+        ["sweep", "mnist", "--gpus", "2", "--size", "quick", "--threads", "1", "--sweep-dir", "sweep"],
+        ["info"],
+    )
+    for delay in (0.05, 0.6, 1.0, 1.5, 4.0)  # while Python starts, while torch imports, while the work runs
+]
+
+
+@pytest.mark.parametrize(("delay", "argv"), INTERRUPTED, ids=[f"{' '.join(a[:3])}@{d}s" for d, a in INTERRUPTED])
+def test_ctrl_c_at_any_moment_is_one_line_and_130(delay: float, argv: list[str], tmp_path: Path) -> None:
+    # The whole process group gets SIGINT, as from a terminal: the workers started by ddp and sweep too.
+    proc = subprocess.Popen(
+        [str(GPULAB), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        start_new_session=True,
+    )  # fmt: skip
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "gpulab: interrupted", stderr
 
 
 VALIDATE_CASES = [

@@ -60,6 +60,24 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def import_torch() -> None:
+    """Import torch with Ctrl-C held back until the import is done.
+
+    A KeyboardInterrupt raised while torch's C++ extensions initialise escapes as a C++ exception and aborts the
+    process (SIGABRT and a "terminate called" message) instead of ending it with one line.
+    """
+    import signal
+
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        raise KeyboardInterrupt
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     """Before the first step: every output can be written, and an existing --report is a report to append to."""
     from gpulab.paths import output_dir, output_file
@@ -144,6 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpulab.launch import run_cpu, run_dataparallel, run_ddp, run_gpu
 
     check_outputs(args)
+    if getattr(args, "framework", "torch") == "torch":
+        import_torch()
     cfg = config_from_args(args)
     common: dict[str, Any] = {"builder": args.builder}
     if args.launcher in ("cpu", "gpu") and (args.batch_policy != "per_device" or args.scale_lr):
@@ -187,8 +207,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from gpulab.launch import run_sweep
 
     check_outputs(args)
-    cfg = config_from_args(args)
     framework = getattr(args, "framework", "torch")
+    if framework == "torch":
+        import_torch()
+    cfg = config_from_args(args)
     if framework == "tensorflow" and args.builder:
         raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
     import contextlib
