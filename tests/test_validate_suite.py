@@ -155,7 +155,7 @@ def test_all_na_capture_passes_no_health_check(tmp_path):
         (["--gpus", "7,"], "no GPU with index [7]"),
         (["--gpus", "9"], "asked for the first 9 GPUs"),
         (["--gpus", "x"], "use 'all', a count"),
-        (["--baseline", "/nonexistent.json"], "no such file"),
+        (["--baseline", "/nonexistent.json"], "/nonexistent.json does not exist"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):
