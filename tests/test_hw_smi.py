@@ -109,7 +109,7 @@ def test_not_xml_at_all(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(GpulabError, match="cannot read"):
+    with pytest.raises(GpulabError, match=r"nope\.xml does not exist; capture it with"):
         parse_smi_xml(tmp_path / "nope.xml")
 
 
