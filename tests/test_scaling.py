@@ -45,9 +45,11 @@ def test_speedups_need_both_ends_and_a_gpu_row_meets_cpu_rows_of_its_precision_e
     assert speedups([row("gpu", 1, 100.0)]) == []
 
 
-def test_the_last_row_of_a_key_counts():
-    got = by_pair(speedups([row("cpu", 1, 10.0), row("gpu", 1, 100.0), row("gpu", 1, 200.0)]))
-    assert got == {("cpu:1", "gpu:1"): 20.0}
+def test_repeated_rows_of_a_key_count_by_their_median():
+    gpus = [row("gpu", 1, v) for v in (1000.0, 500.0, 990.0)]  # one slow repeat among three
+    assert by_pair(speedups([row("cpu", 1, 10.0), *gpus])) == {("cpu:1", "gpu:1"): 99.0}  # 990: not first, not last
+    two = [row("gpu", 1, 100.0), row("gpu", 1, 200.0)]
+    assert by_pair(speedups([row("cpu", 1, 10.0), *two])) == {("cpu:1", "gpu:1"): 10.0}  # the lower middle row
 
 
 def test_multi_gpu_scaling_is_against_the_launchers_one_gpu_row_else_the_gpu_row():

@@ -13,7 +13,8 @@ workload × framework × precision, and one-thread CPU processes (ddp over gloo,
 launcher's 1-thread row. The cpu launcher scales over threads against its 1-thread row. A row with no base is
 left out.
 
-When a report holds several rows for the same key (a run repeated and appended), the last one counts.
+When a report holds several rows for the same key (a run repeated and appended), the median row counts (the lower
+of the two middle ones for an even count, so it is always a measured row), as in `gpulab compare`.
 
 `expected` gives the expected efficiency (a fraction, 0.98 = 98 %) per row, looked up by the most specific key
 first: "workload:launcher:n", "workload:launcher", "launcher:n", "launcher", "*". A value is a number (source
@@ -37,14 +38,14 @@ def _on_cpu(result: Result) -> bool:
     return bool(result.devices) and all(d.startswith("cpu") for d in result.devices)
 
 
-def _latest(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Result]:
-    """(group, launcher, n) -> the last usable row with that key."""
-    rows: dict[tuple[_Group, str, int], Result] = {}
+def _median_rows(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Result]:
+    """(group, launcher, n) -> the median usable row with that key."""
+    repeats: dict[tuple[_Group, str, int], list[Result]] = {}
     for r in results:
         if r.value is None or r.value <= 0 or r.n < 1:
             continue
-        rows[((r.workload, r.framework, r.precision, r.unit), r.launcher, r.n)] = r
-    return rows
+        repeats.setdefault(((r.workload, r.framework, r.precision, r.unit), r.launcher, r.n), []).append(r)
+    return {key: sorted(rows, key=lambda r: r.value or 0.0)[(len(rows) - 1) // 2] for key, rows in repeats.items()}
 
 
 def speedups(results: Iterable[Result]) -> list[Speedup]:
@@ -54,7 +55,7 @@ def speedups(results: Iterable[Result]) -> list[Speedup]:
     (a CPU's native precision: bf16 autocast on a CPU without bf16 units is slower than fp32 and would flatter the
     GPU); the CPU end is then labelled with its precision ("cpu:1 fp32").
     """
-    rows = _latest(results)
+    rows = _median_rows(results)
     groups = sorted({g for g, _, _ in rows})
 
     def cpu_ends(group: _Group) -> tuple[Result | None, Result | None]:
@@ -99,7 +100,7 @@ def _expected(
 
 def scaling(results: Iterable[Result], expected: Mapping[str, Any] | None = None) -> list[Scaling]:
     """Throughput, speedup and efficiency of every cpu/ddp/dataparallel/sweep/mirrored row against its base."""
-    rows = _latest(results)
+    rows = _median_rows(results)
     out: list[Scaling] = []
     for (group, launcher, n), row in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         if launcher not in SCALING_LAUNCHERS:
