@@ -1,8 +1,9 @@
 """The NVIDIA-repository source of nvidia_driver, cuda_toolkit and cudnn, run for real against a local mirror.
 
 The mirror (tests/provision/apt_mirror.py) is signed with a key made for this run and ships it in a cuda-keyring
-package, as NVIDIA does; its packages carry NVIDIA's names (cuda-drivers-535, cuda-toolkit-11-8,
-libcudnn9-cuda-11) and real contents re-packaged from Debian's archive and NVIDIA's cuDNN wheel. First a keyring
+package, as NVIDIA does; its packages carry NVIDIA's names (cuda-drivers-535, cuda-toolkit-12-2,
+libcudnn9-cuda-12) and contents re-packaged from Debian's archive and NVIDIA's cuDNN wheel (the toolkit's nvcc only
+reports its release: NVIDIA's repository for Debian 12 starts at CUDA 12.2, Debian's nvcc is 11.8). First a keyring
 holding an unexpected key is refused before it is installed; then the real run, and a second that changes nothing.
 """
 
@@ -22,7 +23,7 @@ from provision.apt_mirror import (
     cudnn_from_wheel,
     downloaded_debs,
     renamed,
-    toolkit_from_debian,
+    toolkit_stand_in,
 )
 from provision.files import cached_pypi_file, pinned_wheel, serve
 from provision.inventory import chroot_inventory, require_ansible
@@ -53,7 +54,7 @@ def driver_version(mirror: Mirror) -> str:
 
 @pytest.fixture
 def mirror(debian_root, tmp_path):
-    sources = downloaded_debs(debian_root, ["nvidia-smi", "nvidia-cuda-toolkit"])
+    sources = downloaded_debs(debian_root, ["nvidia-smi"])
     debian_version = control_of(sources["nvidia-smi"])["Version"]
     wheel = pinned_wheel("9.10-cu11")
     wheel_file = cached_pypi_file(wheel["path"], wheel["sha256"])
@@ -63,8 +64,9 @@ def mirror(debian_root, tmp_path):
     debs = [
         # NVIDIA versions its packages <driver>-1; the dependencies stay Debian's, at Debian's version.
         renamed(sources["nvidia-smi"], work, out, "cuda-drivers-535", debian_version.split("-")[0] + "-1"),
-        toolkit_from_debian(sources["nvidia-cuda-toolkit"], work, out, "11.8", "11.8.89-1"),
-        *cudnn_from_wheel(wheel_file, work, out, "11", wheel["version"]),
+        toolkit_stand_in(work, out, "12.2", "12.2.140-1"),
+        # The cu11 wheel's library stands in for the cu12 build (the test reads where it lands, not what it runs).
+        *cudnn_from_wheel(wheel_file, work, out, "12", wheel["version"]),
     ]
     return build_mirror(tmp_path / "mirror", debs)
 
@@ -74,7 +76,7 @@ def host_vars(root: Path, url: str, mirror: Mirror, fingerprint: str | None = No
         "root": root,
         "gpulab_preflight_gpu_pci_ids": [P100],
         "gpulab_profile": "none",
-        "gpulab_stack": {"driver": driver_version(mirror), "cuda": "11.8", "cudnn": "9.10"},
+        "gpulab_stack": {"driver": driver_version(mirror), "cuda": "12.2", "cudnn": "9.10"},
         "nvidia_driver_source": "cuda_repo",
         "cuda_toolkit_source": "cuda_repo",
         "cudnn_source": "cuda_repo",
@@ -119,21 +121,21 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     # Every package came from the mirror at the requested version, and is held.
     wanted = {
         "cuda-drivers-535": f"{driver}-1",
-        "cuda-toolkit-11-8": "11.8.89-1",
-        "libcudnn9-cuda-11": "9.10.2.21-1",
-        "libcudnn9-dev-cuda-11": "9.10.2.21-1",
+        "cuda-toolkit-12-2": "12.2.140-1",
+        "libcudnn9-cuda-12": "9.10.2.21-1",
+        "libcudnn9-dev-cuda-12": "9.10.2.21-1",
     }
     status = chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\n", *wanted)
     assert sorted(status.splitlines()) == sorted(f"{p} {v} hold ok installed" for p, v in wanted.items())
-    policy = chroot(root, "apt-cache", "policy", "cuda-toolkit-11-8")
+    policy = chroot(root, "apt-cache", "policy", "cuda-toolkit-12-2")
     assert f"{url}/debian12/x86_64  Packages" in policy
     # The driver's dependencies come from Debian at the same driver version, which the pin keeps.
     assert chroot(root, "dpkg-query", "-W", "-f=${Version}", "libnvidia-ml1").startswith(f"{driver}-")
     assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
     assert f"*** {driver}-1 1001" in chroot(root, "apt-cache", "policy", "cuda-drivers-535")
-    # CUDA 11.8 at NVIDIA's path is the default toolkit; cuDNN from the repository's packages.
-    assert "release 11.8," in chroot(root, "/usr/local/cuda/bin/nvcc", "--version")
-    assert chroot(root, "readlink", "-f", "/usr/local/cuda").strip() == "/usr/local/cuda-11.8"
+    # CUDA 12.2 at NVIDIA's path is the default toolkit; cuDNN from the repository's packages.
+    assert "release 12.2," in chroot(root, "/usr/local/cuda/bin/nvcc", "--version")
+    assert chroot(root, "readlink", "-f", "/usr/local/cuda").strip() == "/usr/local/cuda-12.2"
     assert re.search(
         r"libcudnn\.so\.9 \(libc6,x86-64\) => (/usr)?/lib/x86_64-linux-gnu/libcudnn\.so\.9",
         chroot(root, "ldconfig", "-p"),

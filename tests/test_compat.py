@@ -19,7 +19,7 @@ from gpulab.compat import (
 from gpulab.compat.data import load_matrix, load_raw, parse_matrix
 from gpulab.errors import GpulabError
 
-SECTIONS = ("gpus", "cuda", "drivers", "cudnn", "profiles")
+SECTIONS = ("gpus", "cuda", "drivers", "cudnn", "profiles", "operating_systems")
 
 
 def _entries(raw):
@@ -65,6 +65,10 @@ def test_every_cuda_minor_from_9_to_13_is_present():
         (lambda raw: raw["drivers"][0].update(architectures=["Pascal", "Tesla"]), "unknown 'Tesla'"),
         (lambda raw: raw["frameworks"]["tensorflow"][0].update(cuda="8.0"), "does not list"),
         (lambda raw: raw["drivers"][0].update(recommended="999.1"), "not in branch"),
+        (lambda raw: raw["operating_systems"][0].update(os="bookworm"), "must look like 'debian12'"),
+        (lambda raw: raw["operating_systems"][0]["drivers"][0].update(branch="R536"), "does not list"),
+        (lambda raw: raw["operating_systems"][0]["cuda"][0].update(version="11.9"), "does not list"),
+        (lambda raw: raw["cuda"][0].pop("debian"), "missing key 'debian'"),
     ],
 )
 def test_malformed_matrix_is_a_clear_error(mutate, message):

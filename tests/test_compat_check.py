@@ -126,11 +126,26 @@ def test_tensorflow_checks():
     assert _components(check_stack(Stack(tensorflow="2.20", python="3.14"))) == ["python"]
 
 
-def test_os_checked_for_ubuntu_only():
+def test_os_checked_for_ubuntu_and_the_debian_releases_gpulab_provisions():
     problem = _only(check_stack(Stack(cuda="9.0", os="ubuntu18.04")), "os")
     assert "18.04" in problem.reason and "16.04" in problem.fix
     assert check_stack(Stack(cuda="13.0", os="Ubuntu 24.04")) == []
     assert check_stack(Stack(cuda="13.0", os="rhel9")) == []
+    # On an OS gpulab provisions, any source it installs from counts: Debian's own 11.8, NVIDIA's 12.2 and newer.
+    assert check_stack(Stack(driver="535", cuda="11.8", os="debian12")) == []
+    assert check_stack(Stack(driver="580.95.05", cuda="12.9", os="debian12")) == []
+    assert check_stack(Stack(cuda="11.5", os="ubuntu22.04")) == []  # Ubuntu's archive, not NVIDIA's
+    problem = _only(check_stack(Stack(cuda="10.0", os="debian12")), "os")
+    assert problem.reason.startswith("CUDA 10.0 is not available on Debian 12")
+    problem = _only(check_stack(Stack(driver="410.79", os="debian12")), "os")
+    assert problem.reason.startswith("driver 410.79 (R410) is not available on Debian 12")
+
+
+def test_a_gpu_newer_than_its_architectures_first_driver_needs_its_own():
+    problem = _only(check_stack(Stack(gpu="H200", driver="535.309.01")), "driver")
+    assert problem.reason == "driver 535.309.01 (R535) predates NVIDIA H200, which needs driver >= 550.54.14."
+    assert check_stack(Stack(gpu="H100", driver="535")) == []
+    assert check_stack(Stack(gpu="H200", driver="550")) == []
 
 
 @pytest.mark.parametrize(

@@ -49,9 +49,31 @@ def test_check_json(capsys):
 
 
 def test_check_profile_with_override(capsys):
+    # Coherent on its own OS (Ubuntu 16.04), which gpulab does not provision: the check says both.
     assert _run(["matrix", "check", "--profile", "legacy-2018"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK: ") and "os=ubuntu16.04" in out
+    assert "note: gpulab cannot provision it: no OS its roles provision (Debian 12, Debian 11, Ubuntu 24.04" in out
     assert _run(["matrix", "check", "--profile", "legacy-2018", "--os", "ubuntu18.04"]) == 1
     assert "[os]" in capsys.readouterr().out
+
+
+def test_the_legacy_profile_is_not_ok_on_debian_12(capsys):
+    assert _run(["matrix", "check", "--profile", "legacy-2018", "--os", "debian12"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("INCOMPATIBLE: ") and "OK:" not in out
+    assert (
+        "- [os] driver 410.79 (R410) is not available on Debian 12: Debian 12's archive packages R535, R470 and "
+        "NVIDIA's repository R535–R595." in out
+    )
+    assert (
+        "- [os] CUDA 9.0 is not available on Debian 12: NVIDIA published it for Ubuntu 16.04, 17.04, and Debian 12's "
+        "archive has CUDA 11.8." in out
+    )
+    assert "fix: on Debian 12 use CUDA 11.8 (Debian 12's archive) or 12.2–13.2 (NVIDIA's repository)." in out
+    assert _run(["matrix", "check", "--profile", "legacy-2018", "--os", "Debian 12", "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["ok"] is False and payload["provisioned_on"] == []
 
 
 def test_check_needs_something():
@@ -86,6 +108,9 @@ def test_show(capsys):
     assert _run(["matrix", "show", "legacy-2018"]) == 0
     out = capsys.readouterr().out
     assert "legacy-2018" in out and "OK: " in out and "410.79" in out
+    assert "gpulab cannot provision it" in out and "run this stack in an Ubuntu 16.04 container" in out
+    assert _run(["matrix", "show", "modern"]) == 0
+    assert "note: gpulab provisions it on: Debian 12, Ubuntu 24.04, Ubuntu 22.04" in capsys.readouterr().out
 
 
 def test_via_gpulab_main(capsys):

@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from playbook import REPO, ansible_env, ansible_playbook
+from provision.files import tree_state
 from provision.inventory import chroot_inventory, require_ansible
 
 sys.path.insert(0, str(REPO / "collections"))
@@ -26,13 +28,23 @@ GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
 
 CAPTURE = REPO / "tests" / "fixtures" / "h200x4-firecracker" / "sysfs-nvidia-pci.txt"
 P100, V100, H200, B200 = "10de:15f8", "10de:1db5", "10de:2335", "10de:2901"
+# The inventory's cuDNN wheel pins and the roles' default sources, as a run with the default inventory has them.
+PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
 
 
 def gpus(*pci_ids: str) -> list[dict[str, str]]:
     return [{"address": f"0000:0{i}:00.0", "pci_id": p} for i, p in enumerate(pci_ids)]
 
 
-def check(*pci_ids: str, profile: str = "none", python: str = "3.11", os_release: str = "12", **stack: object):
+def check(
+    *pci_ids: str,
+    profile: str = "none",
+    python: str = "3.11",
+    os_release: str = "12",
+    sources: dict[str, str] | None = None,
+    **stack: object,
+):
     distribution = "Ubuntu" if "." in os_release else "Debian"
     req = Request(
         gpus=gpus(*pci_ids),
@@ -41,35 +53,84 @@ def check(*pci_ids: str, profile: str = "none", python: str = "3.11", os_release
         host_python=python,
         distribution=distribution,
         distribution_version=os_release,
+        sources=sources or {},
+        cudnn_wheels=PINS,
     )
     return resolve(req)
 
 
 # -- the decision -----------------------------------------------------------------------------------------------
-def test_auto_plans_the_newest_stack_for_a_pascal_gpu():
+def test_auto_plans_the_newest_stack_debians_archive_delivers_for_a_pascal_gpu():
     target, problems = check(P100, P100, profile="auto")
     assert problems == []
-    assert target["driver"] == "580.95.05" and target["driver_branch"] == "580"
+    # The archive's current R535 release (its point releases move), its CUDA 11.8, the pinned cuDNN wheel.
+    assert target["driver"] == "535" and target["driver_branch"] == "535"
     assert target["kernel_modules"] == "proprietary"  # Pascal has no open kernel modules
-    assert target["cuda"] == ["12.9"] and target["cuda_default"] == "12.9"
-    assert target["cudnn_by_cuda"] == {"12.9": "9.10"}  # the last cuDNN with Pascal kernels
-    assert target["torch_index_url"] == "https://download.pytorch.org/whl/cu126"
+    assert target["cuda"] == ["11.8"] and target["cuda_default"] == "11.8"
+    assert target["cudnn_by_cuda"] == {"11.8": "9.10"}  # the last cuDNN with Pascal kernels
+    assert target["torch"] == "2.7+cu118" and target["torch_index_url"] == "https://download.pytorch.org/whl/cu118"
+    assert target["sources"] == {"driver": "distro", "cuda": "distro", "cudnn": "wheel"}
     assert [g["architecture"] for g in target["gpus"]] == ["Pascal", "Pascal"]
-    assert summary(target).startswith("2x Tesla P100-PCIE-16GB; profile auto: driver=580.95.05")
+    assert summary(target) == (
+        "2x Tesla P100-PCIE-16GB; profile auto: driver=535, kernel_modules=proprietary, cuda=11.8, cudnn=9.10, "
+        "torch=2.7+cu118, tensorflow=2.21, python=3.11; from driver distro, cuda distro, cudnn wheel"
+    )
+
+
+def test_auto_from_nvidias_repository_plans_the_newest_stack_for_a_pascal_gpu():
+    target, problems = check(P100, P100, profile="auto", sources=NVIDIA)
+    assert problems == []
+    assert target["driver"] == "580.95.05" and target["driver_branch"] == "580"
+    assert target["cuda"] == ["12.9"] and target["cudnn_by_cuda"] == {"12.9": "9.10"}
+    assert target["torch_index_url"] == "https://download.pytorch.org/whl/cu126"
+
+
+def test_auto_refuses_an_h200_on_debians_archive_and_names_the_source_that_has_its_driver():
+    target, problems = check(H200, profile="auto")
+    assert problems == [
+        "[driver] Debian 12's archive has no driver for NVIDIA H200: it packages R535, R470, and NVIDIA H200 needs "
+        "driver >= 550.54.14. Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it), "
+        "which delivers driver 595.71.05, CUDA 11.8, cuDNN 9.10."
+    ]
+    assert target["driver"] is None
 
 
 def test_a_named_profile_on_hopper_gets_open_modules():
-    target, problems = check(H200, H200, H200, H200, profile="modern", python="3.12", os_release="24.04")
+    target, problems = check(
+        H200, H200, H200, H200, profile="modern", python="3.12", os_release="24.04", sources=NVIDIA
+    )
     assert problems == []
     assert (target["driver"], target["cuda"], target["cudnn"]) == ("580.95.05", ["13.0"], "9.17")
     assert target["kernel_modules"] == "open"
 
 
+def test_a_named_profile_its_sources_cannot_deliver_names_the_switch_per_part():
+    _, problems = check(H200, profile="modern", python="3.12", os_release="24.04")
+    assert problems == [
+        "[cuda] Ubuntu 24.04's archive has no CUDA 13.0; it has 12.0. Fix: set cuda_toolkit_source: cuda_repo "
+        "(NVIDIA's repository or a mirror of it)."
+    ]
+
+
 def test_side_by_side_toolkits_get_one_cudnn_each():
-    target, problems = check(P100, driver="580.95.05", cuda=["11.8", "12.9"])
+    target, problems = check(P100, driver="580.95.05", cuda=["11.8", "12.9"], os_release="22.04", sources=NVIDIA)
     assert problems == []
     assert target["cuda"] == ["11.8", "12.9"] and target["cuda_default"] == "12.9"
     assert target["cudnn_by_cuda"] == {"11.8": "9.10", "12.9": "9.10"}
+
+
+def test_toolkits_the_source_lacks_name_the_source_that_has_them():
+    _, problems = check(P100, driver="580.95.05", cuda=["12.2", "12.9"], sources={"driver": "cuda_repo"})
+    assert problems == [
+        "[cuda] Debian 12's archive has no CUDA 12.2, 12.9; it has 11.8. Fix: set cuda_toolkit_source: cuda_repo "
+        "(NVIDIA's repository or a mirror of it)."
+    ]
+    # Debian's 11.8 is not in NVIDIA's repository for Debian 12, so no one source has both.
+    _, problems = check(P100, driver="535", cuda=["11.8", "12.2"])
+    assert problems == [
+        "[cuda] Debian 12's archive has no CUDA 12.2; it has 11.8. Fix: no source gpulab installs from on Debian 12 "
+        "has it: request what Debian 12's archive has (gpulab_stack.cuda), or set gpulab_profile: auto."
+    ]
 
 
 def test_no_gpu_means_nothing_to_install_and_no_refusal():
@@ -89,7 +150,7 @@ def test_a_gpu_without_a_requested_driver_is_refused():
 
 
 def test_blackwell_refuses_proprietary_modules():
-    _, problems = check(B200, profile="auto", kernel_modules="proprietary")
+    _, problems = check(B200, profile="auto", kernel_modules="proprietary", sources=NVIDIA)
     assert problems == [
         "[kernel_modules] NVIDIA B200 are driven only by the open kernel modules. Fix: set "
         "gpulab_stack.kernel_modules to 'open' (or 'auto')."
@@ -110,6 +171,7 @@ def test_secure_boot_without_signing_is_refused():
         distribution="Debian",
         distribution_version="12",
         secure_boot="enabled",
+        cudnn_wheels=PINS,
     )
     _, problems = resolve(req)
     assert len(problems) == 1 and problems[0].startswith("[secure_boot] Secure Boot is enabled")
@@ -201,6 +263,27 @@ def run_adhoc(module: str, args: str) -> dict:
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
+def test_the_stack_check_action_plans_from_the_sources_it_is_given():
+    host = {
+        "gpus": gpus(H200),
+        "distribution": "Debian",
+        "distribution_version": "12",
+        "host_python": "3.11",
+        "cudnn_wheels": PINS,
+    }
+    refused = run_adhoc("gpulab.provision.stack_check", json.dumps(host))
+    assert refused["failed"] is True and refused["changed"] is False
+    assert refused["msg"].startswith("pre-flight refused this host's stack (1 problem(s)); nothing was changed:\n")
+    assert "[driver] Debian 12's archive has no driver for NVIDIA H200" in refused["msg"]
+    assert "Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it)" in refused["msg"]
+    host["sources"] = {"driver": "cuda_repo", "cuda": "cuda_repo"}  # cudnn: the default, wheel
+    planned = run_adhoc("gpulab.provision.stack_check", json.dumps(host))
+    target = planned["ansible_facts"]["gpulab_target_stack"]
+    assert (target["driver"], target["cuda"], target["cudnn_by_cuda"]) == ("595.71.05", ["13.2"], {"13.2": "9.20"})
+    assert target["sources"] == {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
+    assert planned["msg"].endswith("; from driver cuda_repo, cuda cuda_repo, cudnn wheel")
+
+
 def test_matrix_lookup_answers_from_the_matrix():
     msg = run_adhoc("ansible.builtin.debug", "msg={{ lookup('gpulab.provision.matrix', 'min_driver', '12.9') }}")
     assert msg["msg"] == "575.51.03"
@@ -251,21 +334,6 @@ REFUSALS = {
         "TensorFlow 2.21.",
     ),
 }
-
-
-def tree_state(root: Path) -> dict[str, tuple[int, int, int]]:
-    """(mode, size, mtime) of every path in the root but Ansible's own temporary files (and /root, which holds them)."""
-    state = {}
-    skip = (root / "root/.ansible", root / "tmp", root / "proc", root / "sys", root / "dev", root / "run")
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if here / d not in skip]
-        for name in dirnames + filenames:
-            if here / name == root / "root":
-                continue
-            st = (here / name).lstat()
-            state[str((here / name).relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
-    return state
 
 
 @pytest.mark.slow

@@ -1,9 +1,16 @@
 """nvidia_driver, cuda_toolkit and cudnn really run against a Debian 12 root (community.general.chroot).
 
-playbooks/gpu_nodes.yml with the GPUs of a Tesla P100 assumed (there are none here): the driver from Debian
-non-free with its DKMS module built for the root's kernel, CUDA 11.8 from nvidia-cuda-toolkit, and the cuDNN the
-matrix matches to CUDA 11.8 on Pascal, from NVIDIA's pinned PyPI wheel (served from a local cache standing in for a
-PyPI mirror). Then the same run again: nothing may change.
+playbooks/gpu_nodes.yml with the default inventory (gpulab_profile auto, the roles' default sources) and the GPUs of
+a Tesla P100 assumed (there are none here): the pre-flight plans what Debian's archive and the pinned wheels
+deliver - the archive's R535 driver with its DKMS module built for the root's kernel, CUDA 11.8 from
+nvidia-cuda-toolkit, and the cuDNN the matrix matches to CUDA 11.8 on Pascal, from NVIDIA's pinned PyPI wheel (served
+from a local cache standing in for a PyPI mirror). Then apt upgrades the kernel as an automatic update would, and
+the same run again: the new kernel has its NVIDIA module and nothing may change. Last, an H200 assumed on the same
+root: no configured source has its driver, so the run stops before any change, naming the source that has one.
+
+The root starts without linux-headers-amd64 (the image has it): the driver role must install the headers meta
+package of the installed kernel flavour, which is what brings the headers, and with them a DKMS build, for every
+kernel apt installs later.
 """
 
 from __future__ import annotations
@@ -11,19 +18,21 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
+from guest.image import in_chroot
 from playbook import ansible_playbook, gpulab_requirements, snapshot_source, wheelhouse
 from provision.apt_mirror import candidate_version
-from provision.files import cache_root, cached_pypi_file, pinned_wheel, serve
+from provision.files import cache_root, cached_pypi_file, pinned_wheel, serve, tree_state
 from provision.inventory import chroot_inventory, require_ansible
 
 # The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
 GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
 
-P100 = "10de:15f8"
+P100, H200 = "10de:15f8", "10de:2335"
 
 
 def chroot(root: Path, *cmd: str) -> str:
@@ -32,6 +41,33 @@ def chroot(root: Path, *cmd: str) -> str:
 
 def kernels(root: Path) -> list[str]:
     return sorted(p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*"))
+
+
+def installed_version(root: Path, package: str) -> str | None:
+    proc = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f=${Version} ${Status}", package], capture_output=True, text=True
+    )
+    version, _, status = proc.stdout.partition(" ")
+    return version if proc.returncode == 0 and status.endswith(" installed") else None
+
+
+def upgrade_kernel(root: Path) -> list[str]:
+    """What an automatic upgrade does to the kernel: the installed meta packages move to the archive's newest
+    version, bringing that kernel (and, if its meta package is installed, its headers). Returns the new kernels."""
+    before = set(kernels(root))
+    argv = ["apt-get", "install", "-y", "-q", "--only-upgrade", "linux-image-amd64", "linux-headers-amd64"]
+    # The .deb cache is shared with other test sessions' roots: wait while one of them downloads.
+    for _ in range(60):
+        try:
+            in_chroot(root, *argv)
+            break
+        except RuntimeError as err:
+            if "Could not get lock /var/cache/apt/archives/lock" not in str(err):
+                raise
+            time.sleep(10)
+    else:
+        raise RuntimeError("the shared apt archive cache stayed locked for 10 minutes")
+    return sorted(set(kernels(root)) - before)
 
 
 @pytest.mark.slow
@@ -45,11 +81,10 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     cached_pypi_file(wheel["path"], wheel["sha256"])
     source = snapshot_source(tmp_path / "source")
     with serve(cache_root() / "pypi") as pypi:
+        # The default inventory's stack settings (inventory/group_vars): gpulab_profile auto, the default sources.
         host = {
             "root": root,
             "gpulab_preflight_gpu_pci_ids": [P100],
-            "gpulab_profile": "none",
-            "gpulab_stack": {"driver": driver, "cuda": "11.8"},  # cuDNN: the matrix's match for 11.8 on Pascal
             "cudnn_wheel_base_url": pypi,
             # The frameworks' venv comes last in the play: gpulab alone, offline, from a wheelhouse built here.
             "dl_frameworks_frameworks": [],
@@ -59,20 +94,38 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
             "dl_frameworks_controller_cache": str(tmp_path / "cache"),
         }
         inventory = chroot_inventory(tmp_path / "inventory", {"image": host})
+        # A host installed without kernel headers: only the role can bring the headers meta package.
+        in_chroot(root, "dpkg", "--remove", "linux-headers-amd64")
+        assert installed_version(root, "linux-headers-amd64") is None
         started = time.monotonic()
         first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         first_s = time.monotonic() - started
+        assert first.rc == 0, first.explain()
+        assert installed_version(root, "linux-headers-amd64") is not None
+        print("dkms status after the first run:\n" + chroot(root, "dkms", "status"))
+
+        # The kernel update an unattended upgrade would install (none when the image already has the newest).
+        image_kernels = kernels(root)
+        started = time.monotonic()
+        new_kernels = []
+        if candidate_version(root, "linux-image-amd64") != installed_version(root, "linux-image-amd64"):
+            new_kernels = upgrade_kernel(root)
+            assert len(new_kernels) == 1, (image_kernels, new_kernels)
+        else:
+            warnings.warn("the archive has no kernel newer than the image's: no kernel upgrade tried", stacklevel=1)
+        upgrade_s = time.monotonic() - started
+
         started = time.monotonic()
         second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         second_s = time.monotonic() - started
-    print(f"\nfirst run {first_s:.0f} s, second run {second_s:.0f} s")
+    print(f"\nfirst run {first_s:.0f} s, upgrade to {new_kernels} {upgrade_s:.0f} s, second run {second_s:.0f} s")
     print(first.recap_text())
     print(second.recap_text())
 
-    assert first.rc == 0, first.explain()
     assert first.recap()["image"]["changed"] > 0
     decision = (
-        f"1x Tesla P100-PCIE-16GB; profile none: driver={driver}, kernel_modules=proprietary, cuda=11.8, cudnn=9.10"
+        "1x Tesla P100-PCIE-16GB; profile auto: driver=535, kernel_modules=proprietary, cuda=11.8, cudnn=9.10, "
+        "torch=2.7+cu118, tensorflow=2.21, python=3.11; from driver distro, cuda distro, cudnn wheel"
     )
     assert decision in " ".join(first.output.split())
     assert second.rc == 0, second.explain()
@@ -85,7 +138,8 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     assert status.splitlines() == [
         f"{p} {package_version} hold ok installed" for p in ("nvidia-driver", "nvidia-kernel-dkms")
     ]
-    assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
+    # The archive's branch is pinned, not its point release: its security updates of R535 still apply.
+    assert "Pin: version 535.*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
     policy = subprocess.run(
         ["chroot", str(root), "apt-cache", "policy", "nvidia-driver", "libcuda1"],
         capture_output=True,
@@ -95,8 +149,16 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     assert "W:" not in policy.stderr, policy.stderr  # apt understood the pin
     assert policy.stdout.count(f"*** {package_version} 1001") == 2, policy.stdout
     dkms = chroot(root, "dkms", "status")
-    assert kernels(root), "the root has no kernel under /boot"
-    for kernel in kernels(root):
+    print("dkms status at the end:\n" + dkms)
+    assert image_kernels, "the root has no kernel under /boot"
+    assert kernels(root) == sorted(image_kernels + new_kernels)
+    # Kernels follow the archive; the driver does not, and unattended-upgrades is told to leave it alone.
+    assert chroot(root, "dpkg-query", "-W", "-f=${Status}", "linux-image-amd64").startswith("install ")
+    blacklist = (root / "etc/apt/apt.conf.d/51gpulab-nvidia-driver").read_text()
+    assert 'Unattended-Upgrade::Package-Blacklist {\n    "nvidia-";\n    "libnvidia-";' in blacklist
+    listed = chroot(root, "apt-config", "dump", "Unattended-Upgrade::Package-Blacklist")
+    assert 'Unattended-Upgrade::Package-Blacklist:: "libcuda1";' in listed, listed
+    for kernel in kernels(root):  # the image's kernel and the one the upgrade brought
         assert f"nvidia-current/{driver}, {kernel}, x86_64: installed" in dkms, dkms
         assert (root / f"lib/modules/{kernel}/updates/dkms/nvidia-current.ko").is_file()
         # nouveau blacklisted, and the initramfs rebuilt with the blacklist in it.
@@ -123,3 +185,21 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     )
     header = chroot(root, "cat", "/usr/lib/cuda/include/cudnn_version.h")  # a link into /opt/gpulab/cudnn
     assert re.search(r"#define CUDNN_MAJOR 9\b", header) and re.search(r"#define CUDNN_MINOR 10\b", header)
+
+    # An H200 on the same root with the same defaults: Debian's archive has no driver for it (R550 and newer), so the
+    # pre-flight refuses before any role runs, naming the source that has one.
+    h200 = chroot_inventory(tmp_path / "h200", {"image": {"root": root, "gpulab_preflight_gpu_pci_ids": [H200]}})
+    before = tree_state(root)
+    started = time.monotonic()
+    refused = ansible_playbook("playbooks/gpu_nodes.yml", h200, *GPU_STACK_ONLY)
+    print(f"H200 refusal {time.monotonic() - started:.0f} s")
+    assert refused.rc == 2, refused.explain()
+    assert refused.recap()["image"]["failed"] == 1 and refused.recap()["image"]["changed"] == 0
+    said = " ".join(refused.output.split())
+    assert "pre-flight refused this host's stack (1 problem(s)); nothing was changed:" in said
+    assert (
+        "[driver] Debian 12's archive has no driver for NVIDIA H200: it packages R535, R470, and NVIDIA H200 needs "
+        "driver >= 550.54.14. Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it)"
+    ) in said
+    assert not [line for line in refused.output.splitlines() if line.startswith(("TASK [nvidia_driver", "TASK [cuda"))]
+    assert tree_state(root) == before

@@ -113,20 +113,26 @@ def renamed(deb: Path, work: Path, out_dir: Path, package: str, version: str) ->
     return build_deb(tree, out_dir, control)
 
 
-def toolkit_from_debian(deb: Path, work: Path, out_dir: Path, cuda: str, version: str) -> Path:
-    """cuda-toolkit-X-Y with Debian's real nvcc at NVIDIA's path, /usr/local/cuda-X.Y/bin/nvcc."""
-    unpacked = work / "nvidia-cuda-toolkit"
-    _run("dpkg-deb", "-x", str(deb), str(unpacked))
+def toolkit_stand_in(work: Path, out_dir: Path, cuda: str, version: str) -> Path:
+    """cuda-toolkit-X-Y whose /usr/local/cuda-X.Y/bin/nvcc reports that release as NVIDIA's nvcc does.
+
+    NVIDIA's repository for Debian 12 carries CUDA 12.2 and newer, and Debian's own nvcc is 11.8, so no real
+    compiler of a release the repository carries can be re-packaged here; the roles only read its version."""
     tree = work / "cuda-toolkit"
     bin_dir = tree / f"usr/local/cuda-{cuda}/bin"
     bin_dir.mkdir(parents=True)
-    shutil.copy2(unpacked / "usr/lib/nvidia-cuda-toolkit/bin/nvcc", bin_dir / "nvcc")
+    (bin_dir / "nvcc").write_text(
+        "#!/bin/sh\n"
+        "echo 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+        f"echo 'Cuda compilation tools, release {cuda}, V{version.split('-')[0]}'\n"
+    )
+    (bin_dir / "nvcc").chmod(0o755)
     (tree / f"usr/local/cuda-{cuda}/lib64").mkdir(parents=True)
     control = {
         "Package": f"cuda-toolkit-{cuda.replace('.', '-')}",
         "Version": version,
         "Architecture": "amd64",
-        "Description": f"CUDA {cuda} compiler driver re-packaged from {deb.name}",
+        "Description": f"CUDA {cuda} compiler driver stand-in (reports its version only)",
     }
     return build_deb(tree, out_dir, control)
 

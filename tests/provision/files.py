@@ -76,3 +76,19 @@ def serve(directory: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, int, int]]:
+    """(mode, size, mtime) of every path in a chroot root but Ansible's own temporary files (and /root, which holds
+    them) and the kernel's mounts."""
+    state = {}
+    skip = (root / "root/.ansible", root / "tmp", root / "proc", root / "sys", root / "dev", root / "run")
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if here / d not in skip]
+        for name in dirnames + filenames:
+            if here / name == root / "root":
+                continue
+            st = (here / name).lstat()
+            state[str((here / name).relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return state

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gpulab.compat import advice, rules, versions
-from gpulab.compat.data import CudaRelease, GpuSpec, TorchBuild, load_matrix
+from gpulab.compat import advice, platforms, rules, versions
+from gpulab.compat.data import CudaRelease, GpuSpec, OperatingSystem, TorchBuild, load_matrix
 from gpulab.compat.gpus import resolve_gpu
 from gpulab.errors import GpulabError
 
@@ -99,6 +99,9 @@ class _Checker:
             self.known("python", lambda: versions.major_minor(s.python or "", "Python version")) if s.python else None
         )
         self._check_driver_arch()
+        self.osr = platforms.operating_system(s.os)
+        if self.osr and self.driver:
+            self._check_driver_on_os(self.osr, self.driver)
         for rel in self.cudas:
             self._check_cuda(rel)
         if s.cudnn:
@@ -118,6 +121,14 @@ class _Checker:
             return
         arch, branch = self.gpu.architecture, rules.driver_branch(self.driver)
         if rules.driver_supports_arch(self.driver, arch):
+            needed = self.gpu.min_driver
+            if needed and not rules.driver_meets(self.driver, needed):
+                newest = rules.newest_branch_for_arch(arch)
+                self.add(
+                    "driver",
+                    f"driver {self.driver} ({branch}) predates {self.gpu.name}, which needs driver >= {needed}.",
+                    f"install driver >= {needed} ({rules.driver_branch(needed)}), e.g. {newest.recommended}.",
+                )
             return
         supporting = [b for b in load_matrix().drivers if arch in b.architectures]
         last = max(supporting, key=lambda b: b.number)
@@ -147,6 +158,9 @@ class _Checker:
             )
         if self.gpu and self.cc and not versions.in_range(self.cc, rel.cc_min, rel.cc_max):
             self._cuda_arch_problem(rel, self.gpu, self.cc)
+        if self.osr:
+            self._check_cuda_on_os(self.osr, rel)
+            return
         ubuntu = ubuntu_release(self.stack.os)
         if ubuntu and ubuntu not in rel.ubuntu:
             others = [r.version for r in load_matrix().cuda if ubuntu in r.ubuntu]
@@ -157,6 +171,35 @@ class _Checker:
                 f"{', '.join(rel.ubuntu)}).",
                 f"use Ubuntu {_lts(rel.ubuntu)}, or on Ubuntu {ubuntu} use {alt}.",
             )
+
+    def _check_driver_on_os(self, osr: OperatingSystem, driver: str) -> None:
+        """Some source gpulab installs from on this OS must carry the driver's branch."""
+        number = versions.parse(driver)[0]
+        archive, nvidia = platforms.archive_branches(osr), platforms.nvidia_branches(osr)
+        if any(b.number == number for b in archive + nvidia):
+            return
+        self.add(
+            "os",
+            f"driver {driver} (R{number}) is not available on {osr.name}: {osr.archive} packages "
+            f"{platforms.branch_span(archive)} and NVIDIA's repository {platforms.branch_span(nvidia)}.",
+            f"on {osr.name} use a driver of one of those branches.",
+        )
+
+    def _check_cuda_on_os(self, osr: OperatingSystem, rel: CudaRelease) -> None:
+        """Some source gpulab installs from on this OS must carry the toolkit."""
+        archive, nvidia = platforms.archive_cuda(osr), platforms.nvidia_cuda(osr)
+        if any(versions.compare(c.version, rel.version) == 0 for c in archive + nvidia):
+            return
+        published = [f"Ubuntu {', '.join(rel.ubuntu)}"] if rel.ubuntu else []
+        published += [f"Debian {', '.join(rel.debian)}"] if rel.debian else []
+        self.add(
+            "os",
+            f"CUDA {rel.version} is not available on {osr.name}: NVIDIA published it for "
+            f"{' and '.join(published) or 'no OS gpulab provisions'}, and {osr.archive} has CUDA "
+            f"{platforms.cuda_span(archive)}.",
+            f"on {osr.name} use CUDA {platforms.cuda_span(archive)} ({osr.archive}) or "
+            f"{platforms.cuda_span(nvidia)} (NVIDIA's repository).",
+        )
 
     def _cuda_arch_problem(self, rel: CudaRelease, gpu: GpuSpec, cc: str) -> None:
         ok = advice.cuda_for_cc(cc)

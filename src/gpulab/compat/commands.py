@@ -13,8 +13,10 @@ from rich.table import Table
 from gpulab.compat import versions
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
 from gpulab.compat.data import GpuSpec
+from gpulab.compat.delivery import profile_installable_on
 from gpulab.compat.gpus import all_gpus
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
+from gpulab.compat.platforms import provisioned_names
 from gpulab.errors import GpulabError
 
 _STACK_FLAGS = ("gpu", "driver", "cuda", "cudnn", "torch", "tensorflow", "python", "os")
@@ -34,7 +36,7 @@ def add_commands(sub: Any) -> None:
 
     plan = msub.add_parser("plan", help="newest coherent stack for a GPU")
     plan.add_argument("--gpu", required=True, help=_FLAG_HELP["gpu"])
-    plan.add_argument("--os", help="Ubuntu release to plan for, e.g. ubuntu22.04")
+    plan.add_argument("--os", help="OS to plan for, e.g. ubuntu22.04 or debian12 (what any source carries there)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
 
@@ -56,7 +58,7 @@ _FLAG_HELP = {
     "torch": "torch version, optionally with its build: 2.9 or 2.9.0+cu126",
     "tensorflow": "TensorFlow version, e.g. 2.20",
     "python": "Python version, e.g. 3.12",
-    "os": "operating system, e.g. ubuntu22.04 (only Ubuntu is checked)",
+    "os": "operating system, e.g. ubuntu22.04 or debian12 (Ubuntu and the Debian releases gpulab provisions)",
 }
 
 
@@ -70,7 +72,10 @@ _EXPECTED = {
     "torch": ("a torch version, optionally with its build", "2.9.0+cu126"),
     "tensorflow": ("a TensorFlow version", "2.20"),
     "python": ("a Python version", "3.12"),
-    "os": ("an operating system (only Ubuntu releases are checked)", "ubuntu22.04"),
+    "os": (
+        "an operating system (Ubuntu releases and the Debian releases gpulab provisions are checked)",
+        "ubuntu22.04",
+    ),
 }
 _LOCAL_TAG = re.compile(r"[a-z0-9]+(?:\.[a-z0-9]+)*")
 _CUDA_SEPARATORS = re.compile(r"\s*[,+]\s*|\s+")
@@ -151,38 +156,58 @@ def _stack_line(stack: Stack) -> str:
     return ", ".join(f"{k}={v}" for k, v in stack.to_dict().items() if v)
 
 
-def _report(stack: Stack, problems: list[Incompatibility], as_json: bool) -> int:
+def _provisioning(name: str | None) -> tuple[list[str] | None, str | None]:
+    """For a named stack: the OSes gpulab's roles can install it on, and one line saying so."""
+    if name is None:
+        return None, None
+    where = [o.name for o in profile_installable_on(name)]
+    if where:
+        return [o.os for o in profile_installable_on(name)], f"gpulab provisions it on: {', '.join(where)}"
+    line = (
+        f"gpulab cannot provision it: no OS its roles provision ({provisioned_names()}) carries its driver and "
+        "toolkits from any source, so the pre-flight refuses it (see the description for what to use instead)"
+    )
+    return [], line
+
+
+def _report(stack: Stack, problems: list[Incompatibility], as_json: bool, name: str | None = None) -> int:
     build = selected_torch_build(stack) if not problems else None
+    provisioned_on, note = _provisioning(name)
     if as_json:
-        payload = {
+        payload: dict[str, Any] = {
             "ok": not problems,
             "stack": stack.to_dict(),
             "torch_index_url": build.index_url if build else None,
             "incompatibilities": [p.__dict__ for p in problems],
         }
+        if provisioned_on is not None:
+            payload["provisioned_on"] = provisioned_on
         print(json.dumps(payload, indent=2))
         return 1 if problems else 0
     if not problems:
         print(f"OK: {_stack_line(stack)}")
         if build:
             print(f"  torch wheels: pip install torch --index-url {build.index_url}")
-        return 0
-    print(f"INCOMPATIBLE: {_stack_line(stack)}")
-    for problem in problems:
-        print(f"- [{problem.component}] {problem.reason}")
-        print(f"  fix: {problem.fix}")
-    return 1
+    else:
+        print(f"INCOMPATIBLE: {_stack_line(stack)}")
+        for problem in problems:
+            print(f"- [{problem.component}] {problem.reason}")
+            print(f"  fix: {problem.fix}")
+    if note:
+        print(f"note: {note}")
+    return 1 if problems else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    base = profile(_profile_name("--profile", args.profile)) if args.profile is not None else Stack()
+    name = _profile_name("--profile", args.profile).lower() if args.profile is not None else None
+    base = profile(name) if name is not None else Stack()
     stack = base.override(**{flag: _option(f"--{flag}", getattr(args, flag)) for flag in _STACK_FLAGS})
     if stack == Stack():
         raise GpulabError(
             "nothing to check: pass --profile or at least one of --gpu/--driver/--cuda/..., "
             "e.g. gpulab matrix check --gpu P100 --cuda 12.9"
         )
-    return _report(stack, check_stack(stack), args.json)
+    return _report(stack, check_stack(stack), args.json, name)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -232,4 +257,4 @@ def cmd_show(args: argparse.Namespace) -> int:
     stack = profile(name)
     if not args.json:
         print(f"{name}: {profile_description(name)}")
-    return _report(stack, check_stack(stack), args.json)
+    return _report(stack, check_stack(stack), args.json, name.lower())

@@ -40,6 +40,8 @@ class GpuSpec:
     pcie_width: int
     nvlink_gbs: float | None
     source: str
+    # A first driver later than the architecture's first branch (H200 came after Hopper's R520).
+    min_driver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class CudaRelease:
     cc_min: str
     cc_max: str
     ubuntu: tuple[str, ...]
+    debian: tuple[str, ...]
     source: str
 
 
@@ -62,6 +65,7 @@ class DriverBranch:
     architectures: tuple[str, ...]
     open_kernel_modules: str | None
     source: str
+    open_default: bool = False  # installs the open kernel modules by default where they drive the GPU
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,27 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class ArchivePackage:
+    """A driver branch (R535) or toolkit (11.8) an OS's own archive packages, and the version seen there."""
+
+    version: str
+    packages: tuple[str, ...]
+    seen: str | None
+
+
+@dataclass(frozen=True)
+class OperatingSystem:
+    os: str  # "debian12", "ubuntu24.04": distribution name in lower case + release
+    name: str  # "Debian 12"
+    family: str  # "debian" or "ubuntu"
+    release: str  # "12", "24.04": the value the cuda section's debian/ubuntu lists use
+    archive: str  # "Debian 12's archive (non-free)"
+    drivers: tuple[ArchivePackage, ...]  # version: the branch ("R535")
+    cuda: tuple[ArchivePackage, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class Matrix:
     gpus: tuple[GpuSpec, ...]
     cuda: tuple[CudaRelease, ...]
@@ -128,6 +153,7 @@ class Matrix:
     torch: tuple[TorchRelease, ...]
     tensorflow: tuple[TfRelease, ...]
     profiles: tuple[Profile, ...]
+    operating_systems: tuple[OperatingSystem, ...]
 
 
 class _Entry:
@@ -170,6 +196,16 @@ class _Entry:
 
     def flag(self, key: str) -> bool:
         return bool(self._get(key, (bool,)))
+
+    def opt_flag(self, key: str) -> bool:
+        """An optional boolean key: absent means false."""
+        return self.flag(key) if key in self.raw else False
+
+    def opt_version(self, key: str) -> str | None:
+        """An optional version key: absent or null means none."""
+        if self.raw.get(key) is None:
+            return None
+        return self.version(key)
 
     def texts(self, key: str) -> tuple[str, ...]:
         value = self._get(key, (list,))
@@ -218,6 +254,7 @@ def _gpu(e: _Entry) -> GpuSpec:
         pcie_width=e.integer("pcie_width"),
         nvlink_gbs=e.opt_num("nvlink_gbs"),
         source=e.text("source"),
+        min_driver=e.opt_version("min_driver"),
     )
 
 
@@ -232,6 +269,7 @@ def _cuda(e: _Entry) -> CudaRelease:
         cc_min=e.version("cc_min"),
         cc_max=e.version("cc_max"),
         ubuntu=e.texts("ubuntu"),
+        debian=e.texts("debian"),
         source=e.text("source"),
     )
 
@@ -258,6 +296,7 @@ def _driver(e: _Entry) -> DriverBranch:
         architectures=archs,
         open_kernel_modules=okm,
         source=e.text("source"),
+        open_default=e.opt_flag("open_default"),
     )
 
 
@@ -328,6 +367,42 @@ def _profile(e: _Entry) -> Profile:
     )
 
 
+_OS_KEY = re.compile(r"^(debian)(\d+)$|^(ubuntu)(\d\d\.\d\d)$")
+
+
+def _packages(e: _Entry, key: str, what: str) -> tuple[ArchivePackage, ...]:
+    out = []
+    for i, raw in enumerate(e.items(key)):
+        p = _Entry(raw, f"{e.where}.{key}[{i}]")
+        version = p.text(what)
+        if what == "branch" and not re.match(r"^R\d+$", version):
+            raise GpulabError(f"matrix.yml: {p.where}.branch={version!r} must look like 'R535'.")
+        if what == "version":
+            versions.parse(version, f"matrix.yml: {p.where}.version")
+        if "seen" not in p.raw:
+            raise GpulabError(f"matrix.yml: {p.where} is missing key 'seen' (null when not checked).")
+        out.append(ArchivePackage(version=version, packages=p.texts("packages"), seen=p.opt_text("seen")))
+    return tuple(out)
+
+
+def _operating_system(e: _Entry) -> OperatingSystem:
+    key = e.text("os")
+    match = _OS_KEY.match(key)
+    if not match:
+        raise GpulabError(f"matrix.yml: {e.where}.os={key!r} must look like 'debian12' or 'ubuntu24.04'.")
+    family, release = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+    return OperatingSystem(
+        os=key,
+        name=e.text("name"),
+        family=family,
+        release=release,
+        archive=e.text("archive"),
+        drivers=_packages(e, "drivers", "branch"),
+        cuda=_packages(e, "cuda", "version"),
+        source=e.text("source"),
+    )
+
+
 def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
     node: Any = raw
     for part in path.split("."):
@@ -369,6 +444,7 @@ def parse_matrix(raw: Any) -> Matrix:
         torch=_section(raw, "frameworks.torch", _torch),
         tensorflow=_section(raw, "frameworks.tensorflow", _tf),
         profiles=_section(raw, "profiles", _profile),
+        operating_systems=_section(raw, "operating_systems", _operating_system),
     )
     for items, attr, name in (
         (matrix.gpus, "name", "gpus"),
@@ -378,6 +454,7 @@ def parse_matrix(raw: Any) -> Matrix:
         (matrix.torch, "version", "frameworks.torch"),
         (matrix.tensorflow, "version", "frameworks.tensorflow"),
         (matrix.profiles, "name", "profiles"),
+        (matrix.operating_systems, "os", "operating_systems"),
     ):
         _unique(items, attr, name)
     _check_gpu_keys(matrix.gpus)
@@ -386,13 +463,22 @@ def parse_matrix(raw: Any) -> Matrix:
 
 
 def _check_references(matrix: Matrix) -> None:
-    """Framework entries name CUDA versions that the rules look up, so each must be in the cuda section."""
+    """Framework and OS entries name CUDA versions and driver branches the rules look up, so each must be listed."""
     known = {versions.key(c.version) for c in matrix.cuda}
     needed = [(f"torch {t.version} {b.tag}", b.cuda) for t in matrix.torch for b in t.builds]
     needed += [(f"tensorflow {t.version}", t.cuda) for t in matrix.tensorflow]
+    needed += [(f"operating system {o.os}", c.version) for o in matrix.operating_systems for c in o.cuda]
     for who, cuda in needed:
         if versions.key(cuda) not in known:
             raise GpulabError(f"matrix.yml: {who} uses CUDA {cuda}, which the cuda section does not list.")
+    branches = {d.branch for d in matrix.drivers}
+    for osr in matrix.operating_systems:
+        for driver in osr.drivers:
+            if driver.version not in branches:
+                raise GpulabError(
+                    f"matrix.yml: operating system {osr.os} packages driver {driver.version}, which the drivers "
+                    "section does not list."
+                )
 
 
 def _default_text() -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulab.compat import advice, rules, versions
+from gpulab.compat import advice, platforms, rules, versions
 from gpulab.compat.check import Stack, check_stack, ubuntu_release
 from gpulab.compat.data import load_matrix
 from gpulab.compat.gpus import resolve_gpu
@@ -11,15 +11,30 @@ from gpulab.errors import GpulabError
 
 def plan_stack(gpu: str, os: str | None = None) -> Stack:
     """Newest driver branch for the GPU's architecture, then the newest CUDA that driver and GPU allow (on
-    `os` when it names an Ubuntu release), then the newest cuDNN, torch build and TensorFlow on top."""
+    `os` when it names an Ubuntu release or an OS gpulab provisions, from any source there), then the newest cuDNN,
+    torch build and TensorFlow on top. gpulab.compat.delivery plans for the sources a host is configured with."""
     spec = resolve_gpu(gpu)
     cc = spec.compute_capability
+    osr = platforms.operating_system(os)
     branch = rules.newest_branch_for_arch(spec.architecture)
+    if osr is not None:
+        carried = {b.number for b in platforms.archive_branches(osr) + platforms.nvidia_branches(osr)}
+        fits = [
+            b
+            for b in load_matrix().drivers
+            if b.number in carried
+            and spec.architecture in b.architectures
+            and (spec.min_driver is None or rules.driver_meets(b.recommended, spec.min_driver))
+        ]
+        branch = max(fits, key=lambda b: b.number) if fits else branch
     driver = branch.recommended
     ubuntu = ubuntu_release(os)
-    cudas = advice.cuda_for_cc(cc, ubuntu=ubuntu, driver=driver)
+    cudas = advice.cuda_for_cc(cc, ubuntu=None if osr else ubuntu, driver=driver)
+    if osr is not None:
+        carried_cuda = {versions.key(c.version) for c in platforms.archive_cuda(osr) + platforms.nvidia_cuda(osr)}
+        cudas = [c for c in cudas if versions.key(c.version) in carried_cuda]
     if not cudas:
-        where = f" on Ubuntu {ubuntu}" if ubuntu else ""
+        where = f" on {osr.name}" if osr else (f" on Ubuntu {ubuntu}" if ubuntu else "")
         raise GpulabError(
             f"no CUDA release in the matrix supports {spec.name} (compute capability {cc}){where} with driver "
             f"{branch.branch}. Try another OS (Ubuntu releases per CUDA: `gpulab matrix show` lists profiles)."
@@ -41,7 +56,7 @@ def plan_stack(gpu: str, os: str | None = None) -> Stack:
         torch=f"{torch[0].version}+{torch[1].tag}" if torch else None,
         tensorflow=tf.version if tf else None,
         python=python,
-        os=f"ubuntu{ubuntu}" if ubuntu else (f"ubuntu{cudas[-1].ubuntu[-1]}" if os is None else os),
+        os=osr.os if osr else f"ubuntu{ubuntu}" if ubuntu else (f"ubuntu{cudas[-1].ubuntu[-1]}" if os is None else os),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpulab.errors import GpulabError
@@ -9,6 +10,7 @@ from gpulab.errors import GpulabError
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
+@functools.lru_cache(maxsize=4096)  # the planners compare the same few hundred versions many times over
 def parse(text: str, what: str = "version") -> tuple[int, ...]:
     """'580.95.05' -> (580, 95, 5); 'R580' -> (580,). Zero padding is not applied here (see `compare`)."""
     cleaned = text.strip().lstrip("vVrR")

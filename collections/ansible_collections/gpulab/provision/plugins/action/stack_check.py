@@ -1,4 +1,5 @@
-"""Controller side of the pre-flight: resolve and check the requested stack; refuse with every reason."""
+"""Controller side of the pre-flight: resolve the stack the host's sources deliver and check it; refuse with every
+reason."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "distribution_version": {"type": "str"},
     "secure_boot": {"type": "str", "default": "unsupported", "choices": ["enabled", "disabled", "unsupported"]},
     "secure_boot_signing": {"type": "bool", "default": False},
+    "sources": {
+        "type": "dict",
+        "default": {},
+        "options": {
+            "driver": {"type": "str", "default": "distro"},
+            "cuda": {"type": "str", "default": "distro"},
+            "cudnn": {"type": "str", "default": "wheel"},
+        },
+    },
+    "cudnn_wheels": {"type": "dict", "default": {}},
+    "cudnn_archives": {"type": "dict", "default": {}},
 }
 
 

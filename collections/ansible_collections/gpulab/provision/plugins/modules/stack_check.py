@@ -7,10 +7,12 @@ DOCUMENTATION = r"""
 module: stack_check
 short_description: Resolve a host's driver/CUDA/cuDNN/framework stack from gpulab's matrix and refuse incoherent ones
 description:
-  - Runs on the controller. Starts from a profile of src/gpulab/compat/matrix.yml (or the newest stack for the
-    host's GPU with C(auto)), applies the inventory's overrides, and checks the result for every GPU model on the
-    host with gpulab.compat.check_stack, plus the kernel-module flavour, Secure Boot and the OS release.
-  - Fails listing every problem with its fix; on success sets the fact C(gpulab_target_stack) the roles read.
+  - Runs on the controller. Starts from a profile of src/gpulab/compat/matrix.yml (or, with C(auto), the newest
+    stack the configured I(sources) deliver for the host's GPUs on its OS), applies the inventory's overrides, and
+    checks the result for every GPU model on the host with gpulab.compat.check_stack, against what the sources
+    deliver, plus the kernel-module flavour, Secure Boot and the OS release.
+  - Fails listing every problem with its fix (for a source that cannot deliver, the source to switch to); on
+    success sets the fact C(gpulab_target_stack) the roles read.
 version_added: "0.1.0"
 author: gpulab
 options:
@@ -25,7 +27,7 @@ options:
     elements: str
     default: []
   profile:
-    description: C(auto), C(none) or a profile name from the matrix (C(modern), C(legacy-2018)).
+    description: C(auto), C(none) or a profile name from the matrix (C(modern)).
     type: str
     default: auto
   stack:
@@ -52,6 +54,32 @@ options:
     description: DKMS signs modules with a Machine Owner Key enrolled on the host, so Secure Boot may stay on.
     type: bool
     default: false
+  sources:
+    description:
+      - Where each part comes from (the roles' C(nvidia_driver_source), C(cuda_toolkit_source), C(cudnn_source)).
+    type: dict
+    default: {}
+    suboptions:
+      driver:
+        description: C(distro), C(cuda_repo) or C(runfile).
+        type: str
+        default: distro
+      cuda:
+        description: C(distro), C(cuda_repo) or C(runfile).
+        type: str
+        default: distro
+      cudnn:
+        description: C(wheel), C(cuda_repo) or C(archive).
+        type: str
+        default: wheel
+  cudnn_wheels:
+    description: The cuDNN wheels pinned for the C(wheel) source, keyed C(<cuDNN>-cu<CUDA major>); keys are read.
+    type: dict
+    default: {}
+  cudnn_archives:
+    description: The cuDNN archives for the C(archive) source, keyed C(<cuDNN>-cu<CUDA major.minor>); keys are read.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -63,14 +91,16 @@ EXAMPLES = r"""
 - name: Check the requested stack
   gpulab.provision.stack_check:
     gpus: "{{ gpulab_gpus }}"
-    profile: legacy-2018
-    stack: {python: "3.6"}
+    profile: modern
+    sources: {driver: cuda_repo, cuda: cuda_repo, cudnn: wheel}
+    cudnn_wheels: "{{ cudnn_wheels }}"
 """
 
 RETURN = r"""
 ansible_facts:
   description: C(gpulab_target_stack) with driver, driver_branch, kernel_modules, cuda (list), cuda_default,
-    cudnn, cudnn_by_cuda, torch, torch_index_url, tensorflow, python, gpus, has_gpu, nvswitch, os, profile.
+    cudnn, cudnn_by_cuda, torch, torch_index_url, tensorflow, python, gpus, has_gpu, nvswitch, os, profile,
+    sources.
   returned: success
   type: dict
 msg:

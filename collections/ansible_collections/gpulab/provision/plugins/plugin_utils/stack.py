@@ -1,13 +1,17 @@
-"""Resolve the stack a host is to get (profile + overrides + the host's GPUs) and check it against the matrix.
+"""Resolve the stack a host is to get (profile + overrides + the host's GPUs + the sources it installs from) and
+check it against the matrix.
 
 `resolve()` is the whole pre-flight decision: it returns the target stack the roles install and every reason
-the request cannot work, each with its fix. Nothing here touches a host.
+the request cannot work, each with its fix. With the profile `auto` the target is the newest stack the configured
+sources deliver (gpulab.compat.delivery); a named profile or an override is checked against them. Nothing here
+touches a host.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from ansible_collections.gpulab.provision.plugins.plugin_utils.matrix import gpulab_module
@@ -18,8 +22,18 @@ KERNEL_MODULES = ("auto", "open", "proprietary")
 # The open GPU kernel modules are the only ones that drive these architectures (NVIDIA driver README,
 # "Open Linux Kernel Modules": Blackwell and newer require them).
 OPEN_ONLY_ARCHITECTURES = ("Blackwell",)
-SUPPORTED_OS = {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
 _PROFILE_HELP = "'auto' (newest stack for the host's GPU), 'none', or a profile from `gpulab matrix show`"
+# The roles' variables that pick where each part comes from, and what each source is, for the fixes.
+SOURCE_VARS = {"driver": "nvidia_driver_source", "cuda": "cuda_toolkit_source", "cudnn": "cudnn_source"}
+SOURCE_HELP = {
+    "distro": "the distribution's archive",
+    "cuda_repo": "NVIDIA's repository or a mirror of it",
+    "runfile": "NVIDIA's installers, given to the role as files",
+    "wheel": "NVIDIA's PyPI wheels pinned in cudnn_wheels",
+    "archive": "NVIDIA's archives listed in cudnn_archives",
+}
+# The roles' defaults (nvidia_driver, cuda_toolkit, cudnn); the pre-flight role passes the inventory's values.
+DEFAULT_SOURCES = {"driver": "distro", "cuda": "distro", "cudnn": "wheel"}
 
 
 @dataclass
@@ -35,6 +49,11 @@ class Request:
     secure_boot: str = "unsupported"
     secure_boot_signing: bool = False
     nvswitches: list[str] = field(default_factory=list)
+    # Where the driver, the toolkits and cuDNN come from, and the cuDNN builds pinned for the wheel/archive sources
+    # (only their keys, "9.10-cu11" / "8.9-cu12.2", matter here; the cudnn role checks the entries).
+    sources: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
+    cudnn_wheels: dict[str, Any] = field(default_factory=dict)
+    cudnn_archives: dict[str, Any] = field(default_factory=dict)
 
 
 class _Problems(list[str]):
@@ -42,6 +61,16 @@ class _Problems(list[str]):
         line = f"[{component}] {reason} Fix: {fix}"
         if line not in self:
             self.append(line)
+
+
+@dataclass
+class _Context:
+    compat: ModuleType
+    delivery: ModuleType
+    platforms: ModuleType
+    problems: _Problems
+    osr: Any  # gpulab.compat.data.OperatingSystem of the host, None when unknown or unsupported
+    sources: Any  # gpulab.compat.delivery.Sources
 
 
 def _text(value: Any) -> str | None:
@@ -66,26 +95,151 @@ def _os_name(distribution: str | None, version: str | None) -> str | None:
     return f"{distribution.lower()}{version or ''}"
 
 
-def _base_stack(compat: Any, profile: str, models: list[Any], os_name: str | None, problems: _Problems) -> dict:
+def supported_os(platforms: ModuleType) -> dict[str, tuple[str, ...]]:
+    """{"Debian": ("11", "12"), "Ubuntu": (...)}: the operating systems of the matrix, oldest release first."""
+    out: dict[str, list[str]] = {}
+    for osr in platforms.provisioned():
+        out.setdefault(osr.family.capitalize(), []).append(osr.release)
+    key = gpulab_module("compat.versions").key
+    return {family: tuple(sorted(releases, key=key)) for family, releases in out.items()}
+
+
+def _check_os(ctx: _Context, req: Request, release: str | None) -> None:
+    supported = supported_os(ctx.platforms)
+    if req.distribution and req.distribution not in supported:
+        names = " or ".join(f"{name} {'/'.join(releases)}" for name, releases in supported.items())
+        ctx.problems.add(
+            "os",
+            f"{req.distribution} {req.distribution_version or ''} is not supported by gpulab's provisioning roles.",
+            f"use {names}.",
+        )
+    elif req.distribution and release not in supported[req.distribution]:
+        releases = ", ".join(supported[req.distribution])
+        ctx.problems.add(
+            "os",
+            f"{req.distribution} {release} is not a release the roles support ({releases}).",
+            f"use {req.distribution} {releases.split(', ')[-1]}.",
+        )
+
+
+def _sources(ctx_delivery: ModuleType, req: Request, problems: _Problems) -> Any:
+    given = {**DEFAULT_SOURCES, **{k: str(v).strip() for k, v in (req.sources or {}).items() if v is not None}}
+    sources = ctx_delivery.Sources(
+        driver=given["driver"],
+        cuda=given["cuda"],
+        cudnn=given["cudnn"],
+        cudnn_wheels=frozenset(str(k) for k in (req.cudnn_wheels or {})),
+        cudnn_archives=frozenset(str(k) for k in (req.cudnn_archives or {})),
+    )
+    for component in sources.invalid():
+        options = ctx_delivery.CHOICES[component]
+        problems.add(
+            "sources",
+            f"{SOURCE_VARS[component]} is {sources.of(component)!r}.",
+            f"use one of {', '.join(options)}.",
+        )
+    return sources
+
+
+def _switch_fix(ctx: _Context, shortfall: Any, otherwise: str) -> str:
+    """'set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it), which delivers ...'."""
+    if not shortfall.switch:
+        return (shortfall.otherwise or otherwise) + "."
+    settings = " and ".join(f"{SOURCE_VARS[c]}: {s}" for c, s in shortfall.switch.items())
+    helps = "; ".join(SOURCE_HELP[s] for s in dict.fromkeys(shortfall.switch.values()))
+    text = f"set {settings} ({helps})"
+    would = shortfall.would
+    if would is not None:
+        parts = {"driver": f"driver {would.driver}", "cuda": f"CUDA {', '.join(would.cuda)}"}
+        cudnn = ", ".join(v for v in would.cudnn_by_cuda.values() if v)
+        parts["cudnn"] = f"cuDNN {cudnn}" if cudnn else "no cuDNN"
+        text += ", which delivers " + ", ".join(parts[c] for c in ("driver", "cuda", "cudnn"))
+    if shortfall.otherwise:
+        text += f"; or {shortfall.otherwise}"
+    return text + "."
+
+
+def _plan_auto(ctx: _Context, models: list[Any], overrides: dict[str, str], python: str | None) -> dict[str, Any]:
+    """The newest stack the sources deliver for the host's GPUs (overrides taken as given), or a refusal."""
+    if ctx.osr is None:  # an OS the roles do not provision is refused already; plan from the matrix alone
+        plan = ctx.compat.plan_stack(models[0].name)
+        return {k: v for k, v in plan.to_dict().items() if v and k in STACK_KEYS}
+    if ctx.sources.invalid():  # refused already, naming the variable
+        return {"refused": True}
+    cudas = [c for c in re.split(r"[,+\s]+", overrides.get("cuda") or "") if c]
+    result = ctx.delivery.plan(
+        models,
+        ctx.osr,
+        ctx.sources,
+        driver=overrides.get("driver"),
+        cudas=[ctx.compat.versions.cuda_version(c) for c in cudas] or None,
+        cudnn=overrides.get("cudnn"),
+        python=python,
+    )
+    if isinstance(result, ctx.delivery.Shortfall):
+        elsewhere = [o.name for o in ctx.platforms.provisioned() if o is not ctx.osr and _deliverable(ctx, models, o)]
+        otherwise = f"no source gpulab installs from delivers a stack for these GPUs on {ctx.osr.name}" + (
+            f"; {', '.join(elsewhere)} would" if elsewhere else ""
+        )
+        ctx.problems.add(result.component, result.reason, _switch_fix(ctx, result, otherwise))
+        return {"refused": True}
+    stack = {"driver": result.driver, "cuda": ",".join(result.cuda), "torch": result.torch}
+    stack["tensorflow"] = result.tensorflow
+    return {k: v for k, v in stack.items() if v}
+
+
+def _deliverable(ctx: _Context, models: list[Any], osr: Any) -> bool:
+    """Whether some choice of sources delivers a stack for these GPUs on that OS."""
+    result = ctx.delivery.plan(models, osr, ctx.sources)
+    return isinstance(result, ctx.delivery.Delivered) or bool(result.switch)
+
+
+def _base_stack(
+    ctx: _Context, profile: str, models: list[Any], overrides: dict[str, str], python: str | None
+) -> dict[str, Any]:
     name = (profile or "none").strip().lower()
     if name == "none":
         return {}
     if name == "auto":
         if not models:
             return {}
-        ubuntu = os_name if os_name and os_name.startswith("ubuntu") else None
         try:
-            plan = compat.plan_stack(models[0].name, ubuntu)
+            return _plan_auto(ctx, models, overrides, python)
         except Exception as err:  # GpulabError: no coherent plan for this GPU/OS
-            problems.add("profile", str(err), "set gpulab_profile to a named profile or give gpulab_stack explicitly.")
-            return {}
-        return {k: v for k, v in plan.to_dict().items() if v and k in STACK_KEYS}
+            fix = "set gpulab_profile to a named profile or give gpulab_stack explicitly."
+            ctx.problems.add("profile", str(err), fix)
+            return {"refused": True}
     try:
-        stack = compat.profile(name)
+        stack = ctx.compat.profile(name)
     except Exception as err:
-        problems.add("profile", str(err), f"set gpulab_profile to {_PROFILE_HELP}.")
+        ctx.problems.add("profile", str(err), f"set gpulab_profile to {_PROFILE_HELP}.")
         return {}
-    return {k: v for k, v in stack.to_dict().items() if v and k in STACK_KEYS}
+    out: dict[str, Any] = {k: v for k, v in stack.to_dict().items() if v and k in STACK_KEYS}
+    if ctx.osr is not None and models:
+        wanted = stack.override(driver=overrides.get("driver"), cuda=overrides.get("cuda"))
+        missing = ctx.delivery.unavailable_on(wanted, ctx.osr)
+        if missing:
+            _profile_unavailable(ctx, name, wanted, missing)
+            out["refused"] = True
+    return out
+
+
+def _profile_unavailable(ctx: _Context, name: str, stack: Any, missing: list[str]) -> None:
+    """One line for a named stack that no source carries on this OS, instead of one per part and source."""
+    elsewhere = [o.name for o in ctx.delivery.installable_on(stack)]
+    reasons = "; ".join(m.rstrip(".") for m in missing)
+    where = (
+        f"It installs on {', '.join(elsewhere)}."
+        if elsewhere
+        else f"No OS gpulab provisions ({ctx.platforms.provisioned_names()}) carries it."
+    )
+    fix = "use gpulab_profile: auto (the newest stack this host's sources deliver)"
+    fix += (
+        f", or provision {elsewhere[0]} for it."
+        if elsewhere
+        else f"; `gpulab matrix show {name}` says what else runs it."
+    )
+    ctx.problems.add("profile", f"{name} cannot be installed on {ctx.osr.name}: {reasons}. {where}", fix)
 
 
 def _gpu_models(compat: Any, gpus: list[dict[str, Any]], problems: _Problems) -> list[tuple[dict[str, Any], Any]]:
@@ -158,22 +312,25 @@ def _kernel_modules(
         )
         return None
     if requested == "auto":
-        return "proprietary" if no_open else "open"
+        # The branch's own default (open from R560) where the open modules drive every GPU on the host.
+        return "open" if need_open or (branch.open_default and not no_open) else "proprietary"
     return requested
 
 
-def _cudnn_by_cuda(compat: Any, cudnn: str | None, cudas: list[str], ccs: list[str]) -> dict[str, str | None]:
+def _cudnn_by_cuda(ctx: _Context, cudnn: str | None, cudas: list[str], ccs: list[str]) -> dict[str, str | None]:
     """One cuDNN per toolkit: the requested one (already checked for every toolkit), else the newest the matrix
-    builds for that CUDA and every GPU on the host."""
+    builds for that CUDA and every GPU on the host that the cuDNN source delivers (the newest built at all when
+    none is: the delivery check then says what is missing)."""
     if cudnn:
-        mm = compat.versions.major_minor(cudnn, "cuDNN version")
+        mm = ctx.compat.versions.major_minor(cudnn, "cuDNN version")
         return {cuda: mm for cuda in cudas}
     out: dict[str, str | None] = {}
-    releases = sorted(compat.load_matrix().cudnn, key=lambda r: compat.versions.key(r.version), reverse=True)
     for cuda in cudas:
-        pick = next(
-            (r for r in releases if all(compat.rules.cudnn_supports(r, cuda, cc) for cc in (ccs or [None]))), None
-        )
+        built = list(ctx.delivery.cudnn_candidates(cuda, ccs))
+        delivered = [
+            r for r in built if ctx.osr is None or ctx.delivery.cudnn_delivered(ctx.sources, ctx.osr, r.version, cuda)
+        ]
+        pick = (delivered or built or [None])[0]
         out[cuda] = pick.version if pick else None
     return out
 
@@ -181,23 +338,14 @@ def _cudnn_by_cuda(compat: Any, cudnn: str | None, cudas: list[str], ccs: list[s
 def resolve(req: Request) -> tuple[dict[str, Any], list[str]]:
     """(target stack, problems). The target is only meaningful when problems is empty."""
     compat = gpulab_module("compat")  # its submodules rules, data and versions come with it
+    delivery, platforms = gpulab_module("compat.delivery"), gpulab_module("compat.platforms")
     problems = _Problems()
     release = _release(req.distribution, req.distribution_version)
     os_name = _os_name(req.distribution, release)
-    if req.distribution and req.distribution not in SUPPORTED_OS:
-        supported = " or ".join(f"{name} {'/'.join(releases)}" for name, releases in SUPPORTED_OS.items())
-        problems.add(
-            "os",
-            f"{req.distribution} {req.distribution_version or ''} is not supported by gpulab's provisioning roles.",
-            f"use {supported}.",
-        )
-    elif req.distribution and release not in SUPPORTED_OS[req.distribution]:
-        versions = ", ".join(SUPPORTED_OS[req.distribution])
-        problems.add(
-            "os",
-            f"{req.distribution} {release} is not a release the roles support ({versions}).",
-            f"use {req.distribution} {versions.split(', ')[-1]}.",
-        )
+    ctx = _Context(compat, delivery, platforms, problems, None, None)
+    _check_os(ctx, req, release)
+    ctx.osr = None if problems else platforms.operating_system(os_name)
+    ctx.sources = _sources(delivery, req, problems)
 
     unknown = sorted(set(req.stack) - set(STACK_KEYS))
     if unknown:
@@ -205,23 +353,24 @@ def resolve(req: Request) -> tuple[dict[str, Any], list[str]]:
     pairs = _gpu_models(compat, req.gpus, problems)
     models = list({spec.name: spec for _, spec in pairs}.values())
 
-    stack: dict[str, Any] = _base_stack(compat, req.profile, models, os_name, problems)
-    for key in STACK_KEYS:
-        value = _text(req.stack.get(key))
-        if value is not None:
-            stack[key] = value
+    overrides = {k: v for k in STACK_KEYS if (v := _text(req.stack.get(k))) is not None}
     # The frameworks' venv is built from the host's Python unless the inventory names another one.
-    stack["python"] = _text(req.stack.get("python")) or req.host_python
+    python = overrides.get("python") or req.host_python
+    stack: dict[str, Any] = _base_stack(ctx, req.profile, models, overrides, python)
+    refused = bool(stack.pop("refused", False))  # the plan or the profile is refused already, with its reason
+    stack.update(overrides)
+    stack["python"] = python
     requested_modules = str(stack.pop("kernel_modules", None) or "auto").strip().lower()
 
     check_keys = ("driver", "cuda", "cudnn", "torch", "tensorflow", "python")
-    base = compat.Stack(**{k: stack.get(k) for k in check_keys}, os=os_name)
+    # On an OS the roles provision, what its sources carry is checked below against the configured ones.
+    base = compat.Stack(**{k: stack.get(k) for k in check_keys}, os=None if ctx.osr else os_name)
     for spec in models or [None]:
         for problem in compat.check_stack(base.override(gpu=spec.name if spec else None)):
             problems.add(problem.component, problem.reason, problem.fix)
 
     driver = stack.get("driver")
-    if pairs and not driver:
+    if pairs and not driver and not refused:
         problems.add(
             "driver",
             f"this host has {len(pairs)} NVIDIA GPU(s) but no driver version was requested.",
@@ -240,9 +389,20 @@ def resolve(req: Request) -> tuple[dict[str, Any], list[str]]:
     cudas = [compat.versions.cuda_version(c) for c in re.split(r"[,+\s]+", stack.get("cuda") or "") if c]
     ccs = [s.compute_capability for s in models]
     try:
-        cudnn_by_cuda = _cudnn_by_cuda(compat, stack.get("cudnn"), cudas, ccs)
+        cudnn_by_cuda = _cudnn_by_cuda(ctx, stack.get("cudnn"), cudas, ccs)
     except Exception:
         cudnn_by_cuda = {}  # malformed versions are already problems
+    if ctx.osr is not None and pairs and not refused and not ctx.sources.invalid():
+        try:
+            for short in delivery.shortfalls(ctx.osr, ctx.sources, driver, cudas, cudnn_by_cuda):
+                where = delivery.label(short.component, ctx.sources.of(short.component), ctx.osr)
+                otherwise = (
+                    f"no source gpulab installs from on {ctx.osr.name} has it: request what {where} has "
+                    f"(gpulab_stack.{short.component}), or set gpulab_profile: auto"
+                )
+                problems.add(short.component, short.reason, _switch_fix(ctx, short, otherwise))
+        except Exception:
+            pass  # malformed versions are already problems
     torch_build = None
     if not problems and stack.get("torch"):
         torch_build = compat.selected_torch_build(base.override(gpu=models[0].name if models else None))
@@ -272,12 +432,13 @@ def resolve(req: Request) -> tuple[dict[str, Any], list[str]]:
         "tensorflow": stack.get("tensorflow"),
         "python": stack.get("python"),
         "os": os_name,
+        "sources": {c: ctx.sources.of(c) for c in SOURCE_VARS},
     }
     return target, list(problems)
 
 
 def summary(target: dict[str, Any]) -> str:
-    """One line naming what the host gets."""
+    """One line naming what the host gets, and from where."""
     gpus = target["gpus"]
     if gpus:
         names: dict[str, int] = {}
@@ -290,4 +451,7 @@ def summary(target: dict[str, Any]) -> str:
     if target["cuda"]:
         parts.append(f"cuda={','.join(target['cuda'])}")
     parts += [f"{k}={target[k]}" for k in ("cudnn", "torch", "tensorflow", "python") if target.get(k)]
-    return f"{what}; profile {target['profile']}: {', '.join(parts) or 'nothing to install'}"
+    line = f"{what}; profile {target['profile']}: {', '.join(parts) or 'nothing to install'}"
+    if gpus and target.get("sources"):
+        line += "; from " + ", ".join(f"{c} {s}" for c, s in target["sources"].items())
+    return line
