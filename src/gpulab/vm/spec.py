@@ -278,9 +278,11 @@ def _cloud_init(r: _Reader, vm_name: str) -> CloudInitSpec | None:
         if path is None:
             continue
         try:
-            text = read_small_text(path, "SSH public key file")
+            text = read_input_text(
+                path, "SSH public key file", "give the .pub file of an OpenSSH key.", limit=MAX_SPEC_BYTES
+            )
         except GpulabError as err:
-            r.fail("cloud_init.ssh_authorized_key_files", f"{err}; give the .pub file of an OpenSSH key.")
+            r.fail("cloud_init.ssh_authorized_key_files", str(err))
             continue
         keys.extend(line.strip() for line in text.splitlines() if line.strip())
     for key in keys:
@@ -425,11 +427,6 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     return spec
 
 
-def read_small_text(path: Path, what: str, limit: int = MAX_SPEC_BYTES) -> str:
-    """The UTF-8 text of the regular file `path` (a `what`), at most `limit` bytes; else a one-line GpulabError."""
-    return read_input_text(path, what, limit=limit)
-
-
 def _yaml_problem(err: yaml.YAMLError) -> str:
     """PyYAML's several-line message as one line: the problem and where it is."""
     problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
@@ -443,10 +440,9 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 def load_spec(path: Path) -> VmSpec:
     """Read and check a VM spec file: a regular UTF-8 file holding one YAML (or JSON) mapping."""
     where = f"VM spec {shown(Path(path))}"
-    try:
-        text = read_small_text(Path(path), "VM spec")
-    except GpulabError as err:
-        raise GpulabError(f"{err}; give the path of a VM spec file (YAML, see docs/vm.md).") from None
+    text = read_input_text(
+        path, "VM spec", "give the path of a VM spec file (YAML, see docs/vm.md).", limit=MAX_SPEC_BYTES
+    )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
