@@ -25,7 +25,7 @@ from provision.apt_mirror import (
     renamed,
     toolkit_stand_in,
 )
-from provision.files import cached_pypi_file, pinned_wheel, serve
+from provision.files import cached_pypi_file, pinned_wheel, serve, tree_state, without_apt_caches
 from provision.inventory import chroot_inventory, require_ansible
 
 # The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
@@ -105,6 +105,15 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         assert "cuda-keyring" not in chroot(root, "dpkg-query", "-W", "-f=${Package}\n")
 
         inventory = chroot_inventory(tmp_path / "inventory", {"image": host_vars(root, url, mirror)})
+        # A dry run on the fresh host: it passes, shows the changes it can and changes nothing.
+        before = tree_state(root)
+        dry = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--check", "--diff", *GPU_STACK_ONLY)
+        assert dry.rc == 0, dry.explain()
+        assert without_apt_caches(tree_state(root)) == without_apt_caches(before)
+        assert "is not configured on image yet, so the packages it would deliver cannot be simulated" in " ".join(
+            dry.output.split()
+        )
+        assert "+Pin: version" in dry.output
         first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
     print(first.recap_text())

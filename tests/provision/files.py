@@ -92,3 +92,8 @@ def tree_state(root: Path) -> dict[str, tuple[int, int, int]]:
             st = (here / name).lstat()
             state[str((here / name).relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return state
+
+
+def without_apt_caches(state: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+    """A root's state but for what apt and dpkg write when they only simulate: their logs and apt's binary caches."""
+    return {k: v for k, v in state.items() if not k.startswith(("var/log/apt", "var/log/dpkg.log", "var/cache/apt"))}
