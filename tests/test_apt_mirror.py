@@ -18,6 +18,7 @@ import pytest
 from playbook import ansible_playbook
 from provision.apt_mirror import (
     Mirror,
+    build_deb,
     build_mirror,
     control_of,
     cudnn_from_wheel,
@@ -52,6 +53,25 @@ def driver_version(mirror: Mirror) -> str:
     return control_of(deb)["Version"].split("-")[0]
 
 
+def fabricmanager_stand_in(work: Path, out_dir: Path, branch: str, version: str) -> Path:
+    """nvidia-fabricmanager-<branch> with its systemd unit at NVIDIA's path (the daemon itself cannot run here)."""
+    tree = work / "fabricmanager"
+    unit = tree / "lib/systemd/system/nvidia-fabricmanager.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(
+        "[Unit]\nDescription=NVIDIA fabric manager service (stand-in)\n[Service]\nType=forking\n"
+        "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
+    control = {
+        "Package": f"nvidia-fabricmanager-{branch}",
+        "Version": version,
+        "Architecture": "amd64",
+        "Description": f"Fabric Manager {version} stand-in (its unit file only)",
+    }
+    return build_deb(tree, out_dir, control)
+
+
 @pytest.fixture
 def mirror(debian_root, tmp_path):
     sources = downloaded_debs(debian_root, ["nvidia-smi"])
@@ -64,6 +84,7 @@ def mirror(debian_root, tmp_path):
     debs = [
         # NVIDIA versions its packages <driver>-1; the dependencies stay Debian's, at Debian's version.
         renamed(sources["nvidia-smi"], work, out, "cuda-drivers-535", debian_version.split("-")[0] + "-1"),
+        fabricmanager_stand_in(work, out, "535", debian_version.split("-")[0] + "-1"),
         toolkit_stand_in(work, out, "12.2", "12.2.140-1"),
         # The cu11 wheel's library stands in for the cu12 build (the test reads where it lands, not what it runs).
         *cudnn_from_wheel(wheel_file, work, out, "12", wheel["version"]),
@@ -104,7 +125,9 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         assert not (root / "usr/share/keyrings/cuda-archive-keyring.gpg").exists()
         assert "cuda-keyring" not in chroot(root, "dpkg-query", "-W", "-f=${Package}\n")
 
-        inventory = chroot_inventory(tmp_path / "inventory", {"image": host_vars(root, url, mirror)})
+        # Fabric Manager as on an NVSwitch system (sysfs here has no NVSwitch to find).
+        hostvars = {**host_vars(root, url, mirror), "nvidia_driver_fabricmanager": True}
+        inventory = chroot_inventory(tmp_path / "inventory", {"image": hostvars})
         # A dry run on the fresh host: it passes, shows the changes it can and changes nothing.
         before = tree_state(root)
         dry = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--check", "--diff", *GPU_STACK_ONLY)
@@ -130,6 +153,7 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     # Every package came from the mirror at the requested version, and is held.
     wanted = {
         "cuda-drivers-535": f"{driver}-1",
+        "nvidia-fabricmanager-535": f"{driver}-1",
         "cuda-toolkit-12-2": "12.2.140-1",
         "libcudnn9-cuda-12": "9.10.2.21-1",
         "libcudnn9-dev-cuda-12": "9.10.2.21-1",
@@ -142,6 +166,11 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     assert chroot(root, "dpkg-query", "-W", "-f=${Version}", "libnvidia-ml1").startswith(f"{driver}-")
     assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
     assert f"*** {driver}-1 1001" in chroot(root, "apt-cache", "policy", "cuda-drivers-535")
+    # Fabric Manager at the driver's version, enabled; it cannot start in a root, and the run says so.
+    assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service").is_symlink()
+    assert "Fabric Manager is enabled and starts with the driver at the next boot; not started now" in " ".join(
+        first.output.split()
+    )
     # CUDA 12.2 at NVIDIA's path is the default toolkit; cuDNN from the repository's packages.
     assert "release 12.2," in chroot(root, "/usr/local/cuda/bin/nvcc", "--version")
     assert chroot(root, "readlink", "-f", "/usr/local/cuda").strip() == "/usr/local/cuda-12.2"

@@ -271,3 +271,126 @@ def _signed_mirror(dest: Path, home: Path, debs: list[Path], distro: str, arch: 
         str(repo / "Release"),
     )
     return Mirror(served=served, repo=repo, fingerprint=fingerprint, keyring_deb=keyring_deb)
+
+
+def container_toolkit_stand_ins(work: Path, out_dir: Path, version: str) -> list[Path]:
+    """nvidia-container-toolkit, -base, libnvidia-container-tools and libnvidia-container1 at `version` ("1.18.2-1"),
+    with NVIDIA's dependencies between them: `nvidia-ctk --version` reports the release as NVIDIA's does and
+    `nvidia-ctk cdi generate` prints a small spec, the runtime, hook and CLI are present at their paths (they only
+    say what they are), and -base ships the nvidia-cdi-refresh units as 1.18 does. NVIDIA's builds cannot be
+    fetched here; the role only installs, pins and points at them."""
+    release = version.split("-")[0]
+    script = "#!/bin/sh\necho '{} stand-in {}'\n"
+    packages: dict[str, tuple[dict[str, str], str]] = {
+        "libnvidia-container1": ({"usr/share/doc/libnvidia-container1/README": "stand-in\n"}, ""),
+        "libnvidia-container-tools": (
+            {"usr/bin/nvidia-container-cli": script.format("nvidia-container-cli", release)},
+            f"libnvidia-container1 (>= {version})",
+        ),
+        "nvidia-container-toolkit-base": (
+            {
+                "usr/bin/nvidia-ctk": (
+                    "#!/bin/sh\n"
+                    f'if [ "$1" = --version ]; then echo "NVIDIA Container Toolkit CLI version {release}"; '
+                    "echo 'commit: 0000000'; exit 0; fi\n"
+                    # `cdi generate` prints a spec on stdout and its log on stderr, as NVIDIA's does.
+                    'if [ "$1" = cdi ] && [ "$2" = generate ]; then\n'
+                    "  echo 'level=info msg=\"Generated CDI spec with version 0.5.0\"' >&2\n"
+                    "  printf 'cdiVersion: 0.5.0\\nkind: nvidia.com/gpu\\ndevices:\\n- name: all\\n'\n"
+                    "  printf '  containerEdits:\\n    deviceNodes:\\n    - path: /dev/nvidia0\\n'; exit 0\n"
+                    "fi\n"
+                    "echo 'nvidia-ctk stand-in: only --version and cdi generate work' >&2; exit 1\n"
+                ),
+                "usr/bin/nvidia-container-runtime": script.format("nvidia-container-runtime", release),
+                "usr/lib/systemd/system/nvidia-cdi-refresh.service": (
+                    "[Unit]\nDescription=stand-in\n[Service]\nType=oneshot\nExecStart=/usr/bin/nvidia-ctk --version\n"
+                    "[Install]\nWantedBy=multi-user.target\n"
+                ),
+                "usr/lib/systemd/system/nvidia-cdi-refresh.path": (
+                    "[Unit]\nDescription=stand-in\n[Path]\nPathChanged=/lib/modules\n[Install]\nWantedBy=multi-user.target\n"
+                ),
+            },
+            "",
+        ),
+        "nvidia-container-toolkit": (
+            {"usr/bin/nvidia-container-runtime-hook": script.format("nvidia-container-runtime-hook", release)},
+            f"nvidia-container-toolkit-base (= {version}), libnvidia-container-tools (>= {version})",
+        ),
+    }
+    debs = []
+    for package, (files, depends) in packages.items():
+        tree = work / package
+        for rel, text in files.items():
+            path = tree / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755 if rel.startswith("usr/bin/") else 0o644)
+        control = {"Package": package, "Version": version, "Architecture": "amd64"}
+        if depends:
+            control["Depends"] = depends
+        control["Description"] = f"{package} {release} stand-in (NVIDIA's name and version)"
+        debs.append(build_deb(tree, out_dir, control))
+    return debs
+
+
+def dcgm_stand_ins(work: Path, out_dir: Path, cuda_major: str, version: str) -> list[Path]:
+    """datacenter-gpu-manager-4-core and -cuda<N> under NVIDIA's names and apt version (`1:4.6.0-1`).
+
+    The core package carries what the role and the validation touch: a `dcgmi` that reports its version (and says
+    the host engine is not running for anything else), `nv-hostengine`, and the nvidia-dcgm unit at the path
+    NVIDIA's package installs it; the cuda<N> package depends on core at the same version, as NVIDIA's does. File
+    names drop the epoch, as Debian pools do."""
+    release = version.split(":", 1)[-1].split("-")[0]
+    core_tree = work / "datacenter-gpu-manager-4-core"
+    bin_dir = core_tree / "usr/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "dcgmi").write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  --version) echo 'dcgmi  version: {release}' ;;\n"
+        "  *) echo 'Error: unable to establish a connection to the specified host: localhost' >&2; exit 255 ;;\n"
+        "esac\n"
+    )
+    (bin_dir / "nv-hostengine").write_text("#!/bin/sh\necho 'nv-hostengine stand-in: no GPU here' >&2\nexit 1\n")
+    for tool in ("dcgmi", "nv-hostengine"):
+        (bin_dir / tool).chmod(0o755)
+    unit_dir = core_tree / "usr/lib/systemd/system"
+    unit_dir.mkdir(parents=True)
+    (unit_dir / "nvidia-dcgm.service").write_text(
+        "[Unit]\nDescription=NVIDIA DCGM service (stand-in)\n\n"
+        "[Service]\nExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
+    runtime_tree = work / f"datacenter-gpu-manager-4-cuda{cuda_major}"
+    plugins = runtime_tree / f"usr/libexec/datacenter-gpu-manager-4/plugins/cuda{cuda_major}"
+    plugins.mkdir(parents=True)
+    (plugins / "README").write_text(f"DCGM {release} CUDA {cuda_major} diagnostic plugins (stand-in, none)\n")
+    debs = [
+        build_deb(
+            core_tree,
+            out_dir,
+            {
+                "Package": "datacenter-gpu-manager-4-core",
+                "Version": version,
+                "Architecture": "amd64",
+                "Description": f"DCGM {release} core stand-in (dcgmi reports its version only)",
+            },
+        ),
+        build_deb(
+            runtime_tree,
+            out_dir,
+            {
+                "Package": f"datacenter-gpu-manager-4-cuda{cuda_major}",
+                "Version": version,
+                "Architecture": "amd64",
+                "Depends": f"datacenter-gpu-manager-4-core (= {version})",
+                "Description": f"DCGM {release} CUDA {cuda_major} runtime stand-in",
+            },
+        ),
+    ]
+    out = []
+    for deb in debs:
+        plain = deb.with_name(deb.name.replace(f"_{version}_", f"_{version.split(':', 1)[-1]}_"))
+        deb.rename(plain)
+        out.append(plain)
+    return out

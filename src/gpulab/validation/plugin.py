@@ -39,6 +39,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--threshold", default="5%", help="regression threshold for --baseline (default 5%%)")
     group.addoption("--from-xml", type=Path, default=None, help="judge a captured `nvidia-smi -q -x` file")
     group.addoption("--topo", type=Path, default=None, help="with --from-xml: a captured `nvidia-smi topo -m`")
+    group.addoption(
+        "--dcgm-diag-level",
+        type=int,
+        choices=(0, 1, 2, 3, 4),
+        default=None,
+        help="`dcgmi diag -r LEVEL`: 1 seconds, 2 minutes, 3 about 30 min, 4 hours, 0 off; default follows --tier "
+        "(quick 1, standard 2, full 3)",
+    )
+    from gpulab.containers import DEFAULT_IMAGE, RUNTIMES
+
+    group.addoption(
+        "--container-runtime",
+        choices=RUNTIMES,
+        default="auto",
+        help="run nvidia-smi in a container with docker or podman; auto: where nvidia-ctk and one of them are "
+        "installed; none: skip",
+    )
+    group.addoption("--container-image", default=DEFAULT_IMAGE, help=f"image for it (default {DEFAULT_IMAGE})")
 
 
 def _options(config: pytest.Config) -> Options:
