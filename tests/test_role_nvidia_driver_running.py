@@ -1,8 +1,9 @@
 """nvidia_driver's checks on a host whose driver runs: the loaded driver's version and the NVLink fabric.
 
 There is no GPU here, so `nvidia-smi` is a stand-in on PATH that prints what the real one printed on a 4x H200
-machine (tests/fixtures/h200x4-firecracker/nvidia-smi-q-x.xml, fabric Completed/Success) and on a 2x P100 machine
-with driver 375 (no fabric element), or that capture edited to a fabric that never finished training. The role's
+machine (tests/fixtures/h200x4-firecracker/nvidia-smi-q-x.xml, fabric Completed/Success), on a 1x H100 (fabric
+N/A) and on a 2x P100 machine with driver 375 (no fabric element), or the H200 capture edited to a fabric that never
+finished training. The role's
 own task files run through ansible-playbook (tasks_from), on this machine (local connection).
 """
 
@@ -25,6 +26,7 @@ from ansible_collections.gpulab.provision.plugins.filter.fabric import fabric_st
 
 H200_XML = REPO / "tests/fixtures/h200x4-firecracker/nvidia-smi-q-x.xml"
 P100_XML = REPO / "tests/fixtures/p100x2-driver375/nvidia-smi-q-x.xml"
+H100_XML = REPO / "tests/fixtures/h100x1-firecracker/nvidia-smi-q-x.xml"
 
 
 def test_fabric_states_of_real_captures():
@@ -33,6 +35,10 @@ def test_fabric_states_of_real_captures():
     assert {(g["state"], g["status"], g["problem"]) for g in h200} == {("Completed", "Success", "")}
     p100 = fabric_states(P100_XML.read_text())  # driver 375 reports no fabric: nothing to wait for
     assert len(p100) == 2 and {(g["state"], g["problem"]) for g in p100} == {("N/A", "")}
+    h100 = fabric_states(H100_XML.read_text())  # Hopper without an NVSwitch: the driver reports N/A
+    assert h100 == [
+        {"bus_id": "00000000:00:06.0", "name": "NVIDIA H100 80GB HBM3", "state": "N/A", "status": "N/A", "problem": ""}
+    ]
 
 
 def test_fabric_problems_are_named():
