@@ -1,7 +1,25 @@
-"""`python -m gpulab` is the `gpulab` command."""
+"""`python -m gpulab` is the `gpulab` command (the console script calls `command`)."""
 
+import os
+import signal
 import sys
+from types import FrameType
 
-from gpulab.cli import main
 
-sys.exit(main())
+def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
+    # Until main() takes over, Ctrl-C ends the command as it does later: one line and 130, no traceback from
+    # the middle of an import.
+    os.write(2, b"gpulab: interrupted\n")
+    os._exit(130)
+
+
+def command() -> None:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    from gpulab.cli import main
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # main() turns KeyboardInterrupt into the same line
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    command()
