@@ -1,6 +1,7 @@
 """playbooks/validate.yml on this machine (two inventory hosts over the local connection, no GPU): the suite is
-shipped and run on the CPU, each report fetched to the controller, rendered, and compared as a fleet; a failed check
-fails the play after its report is fetched; bad input is refused before anything runs."""
+shipped and run on the CPU, each report found through the run's record and fetched to the controller with the views
+the node rendered, and compared as a fleet; a failed check fails the play after its report is fetched; a run that
+leaves no record, and bad input, are refused with the fix."""
 
 from __future__ import annotations
 
@@ -55,19 +56,25 @@ def test_two_nodes_validated_fetched_rendered_and_compared(tmp_path):
         assert "pass" in statuses and not statuses & {"fail", "error"}
         assert any(r.device == "cpu" for r in report.results)  # the CPU probes ran
         assert path.with_suffix(".md").is_file() and path.with_suffix(".html").is_file()
+        # Found through the run's record, not pytest's output; the node rendered the views and they came back.
+        record = json.loads((tmp_path / "node" / host / "reports" / "last-run.json").read_text())
+        assert record["schema"] == "gpulab.run-record/1" and record["host"] and record["tier"] == "quick"
+        assert Path(record["report"]["json"]).name == path.name and record["exit_status"] == 0
+        assert Path(record["report"]["md"]).read_text() == path.with_suffix(".md").read_text()
+        n_pass = sum(c.status == "pass" for c in report.checks)
+        assert record["counts"]["pass"] == n_pass > 0
+        assert f"{host}: {n_pass} pass" in first.output
         suites = list((tmp_path / "node" / host / "suites").glob("validate-*/validate/conftest.py"))
         assert len(suites) == 1
         assert f"{host}: " in first.output and f"(tier quick) - {path}" in first.output
     [fleet] = sorted((tmp_path / "reports").glob("fleet-*.txt"))
     text = fleet.read_text()
     assert "verdict:" in text and all(str(reports_of(tmp_path, h)[0].name)[:20] in text for h in HOSTS)
-    # The validation is an action (tag gpulab_validation): run, fetch, render report changed, nothing else on the nodes.
+    # The validation is an action (tag gpulab_validation): run and fetch report changed; the report is rendered once,
+    # on the node, so the controller renders nothing.
     node_changes = {task for task, host in first.changed_tasks() if host in HOSTS}
-    assert node_changes >= {
-        "gpulab_validate : Run the validation suite",
-        "gpulab_validate : Fetch the report",
-        "gpulab_validate : Render the report as Markdown and HTML (on the controller)",
-    }
+    assert node_changes >= {"gpulab_validate : Run the validation suite", "gpulab_validate : Fetch the report"}
+    assert "gpulab_validate : Render the report as Markdown and HTML (on the controller)" not in node_changes
 
     # Without the validation action the play is configuration only, and re-applying it changes nothing.
     again = ansible_playbook(PLAYBOOK, inventory(tmp_path), "--skip-tags", "gpulab_validation")
@@ -120,4 +127,22 @@ def test_a_node_without_gpulab_is_told_how_to_get_it(tmp_path):
     assert "No gpulab venv at /nonexistent/venv on node-a. Fix: install it with the dl_frameworks role" in " ".join(
         run.output.split()
     )
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_leaves_no_record_fails_naming_the_record_and_showing_pytest(tmp_path):
+    """A run that ends without the record the role asked for (here a later --record sends it elsewhere) fails the
+    play naming the file, with pytest's last lines; an earlier run's record is never taken for this run's."""
+    elsewhere = tmp_path / "elsewhere.json"
+    args = ["-k", "gpu_count", "--record", str(elsewhere)]
+    record = tmp_path / "node" / "node-a" / "reports" / "last-run.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"schema": "gpulab.run-record/1"}))
+    run = ansible_playbook(PLAYBOOK, inventory(tmp_path, hosts=("node-a",), gpulab_validate_pytest_args=args))
+    assert run.rc != 0
+    text = " ".join(run.output.split())
+    assert f"No readable run record at {record} on node-a" in text, run.explain()
+    assert "pytest exited 0 without writing it" in text and "report: " in text  # pytest's last lines
+    assert json.loads(elsewhere.read_text())["counts"]["pass"] == 1 and not record.exists()
     assert not (tmp_path / "reports").exists()

@@ -42,7 +42,8 @@ def run_validate(tmp_path, *args, timeout=300):
     bool(nvml.query().gpus), reason="this machine has an NVIDIA GPU: the GPU-less path needs one without"
 )
 def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
-    proc, reports = run_validate(tmp_path)
+    record = tmp_path / "records" / "run.json"  # its directory is created
+    proc, reports = run_validate(tmp_path, "--record", str(record))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "no NVIDIA GPU/driver found" in out
@@ -54,6 +55,34 @@ def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
     assert {c.status for c in report.checks} <= {"pass", "skip"}
     assert any(c.status == "skip" and "no NVIDIA GPU/driver found" in c.message for c in report.checks)
     assert reports[0].with_suffix(".html").is_file() and reports[0].with_suffix(".md").is_file()
+    # The run's record: what a tool that started the run reads instead of the output above.
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip", "error")}
+    assert json.loads(record.read_text()) == {
+        "schema": "gpulab.run-record/1",
+        "host": socket.gethostname(),
+        "tier": "quick",
+        "exit_status": 0,
+        "interrupted": False,
+        "report": {
+            "json": str(reports[0]),
+            "md": str(reports[0].with_suffix(".md")),
+            "html": str(reports[0].with_suffix(".html")),
+        },
+        "counts": counts,
+    }
+    assert [p.name for p in record.parent.iterdir()] == ["run.json"]  # written atomically: no temporary left
+
+
+def test_the_record_holds_a_failed_runs_exit_status_and_replaces_an_older_one(tmp_path):
+    record = tmp_path / "run.json"
+    record.write_text("an older run's record")
+    args = ("--from-xml", str(FIX / "nvidia-smi-q-x.xml"), "--expect-gpus", "8", "-k", "gpu_count")
+    proc, reports = run_validate(tmp_path, *args, "--record", str(record))
+    assert proc.returncode == 1, proc.stdout
+    data = json.loads(record.read_text())
+    assert data["exit_status"] == 1 and data["interrupted"] is False and data["host"] == "captured: nvidia-smi-q-x.xml"
+    assert data["counts"] == {"pass": 0, "fail": 1, "skip": 0, "error": 0}
+    assert data["report"]["json"] == str(reports[0])
 
 
 def test_captured_h200_is_judged_healthy(tmp_path):
@@ -156,12 +185,17 @@ def test_all_na_capture_passes_no_health_check(tmp_path):
         (["--gpus", "9"], "asked for the first 9 GPUs"),
         (["--gpus", "x"], "use 'all', a count"),
         (["--baseline", "/nonexistent.json"], "/nonexistent.json does not exist"),
+        (["--record", "{tmp}"], "--record {tmp} is a directory; name a file inside it, e.g. {tmp}/run.json"),
+        (["--record", "{tmp}/report.xml/run.json"], "{tmp}/report.xml is a file, not a directory"),
+        (["--record", str(FIX / "nvidia-smi-q-x.xml")], "is the input file"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):
+    (tmp_path / "report.xml").write_text("")
+    args = [a.format(tmp=tmp_path) for a in args]
     proc, reports = run_validate(tmp_path, "--from-xml", str(FIX / "nvidia-smi-q-x.xml"), *args)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error exit code
-    assert message in proc.stderr
+    assert message.format(tmp=tmp_path) in proc.stderr
     assert reports == []
 
 
@@ -196,6 +230,8 @@ def test_interrupted_run_still_writes_its_report(tmp_path, stop):
         "no:cacheprovider",
         "--report-dir",
         str(tmp_path),
+        "--record",
+        str(tmp_path / "run.json"),
         "-k",
         "cpu_memory_copy or sleeper",
     ]
@@ -212,6 +248,8 @@ def test_interrupted_run_still_writes_its_report(tmp_path, stop):
     report = load_report(reports[0])
     assert report.interrupted is True
     assert [r.workload for r in report.results] == ["copy_host"]
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["interrupted"] is True and record["exit_status"] == 2 and record["report"]["json"] == str(reports[0])
 
 
 def test_gpu_selection():

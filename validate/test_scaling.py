@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpulab.launch import run_dataparallel, run_ddp, run_gpu, run_sweep
+from gpulab.launch import run_dataparallel, run_ddp, run_sweep
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import TIER_SIZE, scaling_plans
 from gpulab.workloads.base import RunConfig
@@ -21,7 +21,7 @@ def plans(nvlink=True):
 @pytest.mark.multi_gpu
 @pytest.mark.live
 @pytest.mark.parametrize("plan_id", list(plans()))
-def test_scaling(lab, verdict, plan_id):
+def test_scaling(lab, verdict, one_gpu_baseline, plan_id):
     if lab.options.tier not in TIER_SIZE:
         pytest.skip("scaling runs in --tier standard and full")
     plan = plans(lab.nvlink)[plan_id]
@@ -29,14 +29,6 @@ def test_scaling(lab, verdict, plan_id):
         plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=TIER_SIZE[lab.options.tier]
     )
     n = len(lab.gpus)
-    base = next(
-        (
-            r
-            for r in lab.report.results
-            if r.launcher == "gpu" and r.workload == plan.workload and r.precision == plan.precision and r.n == 1
-        ),
-        None,
-    )
     if plan.launcher == "sweep":
         # The baseline of a sweep is the same N runs on one GPU, one after another, process start included.
         serial = run_sweep(cfg, 1, lab.options.report_dir / "sweep-1gpu", runs=n)
@@ -49,9 +41,8 @@ def test_scaling(lab, verdict, plan_id):
         if plan.launcher == "ddp":
             base = run_ddp(cfg, 1)  # DDP on one GPU: efficiency then measures scaling, not DDP's own overhead
             lab.record_result(base)
-        elif base is None:
-            base = run_gpu(cfg, 0)
-            lab.record_result(base)
+        else:
+            base = one_gpu_baseline(cfg)  # the speedup test's one-GPU row when it ran first, else measured now
         # DataParallel is ~10x slower than DDP (one process feeds every GPU): a few steps show it.
         many = LAUNCH[plan.launcher](replace(cfg, steps=10) if plan.launcher == "dataparallel" else cfg, n)
         lab.record_result(many)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from gpulab.launch import run_cpu, run_gpu
+from gpulab.launch import run_cpu
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedup_config
 
@@ -24,7 +24,6 @@ def test_cpu(lab, verdict, workload, threads, workload_size):
 @pytest.mark.gpu
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
-def test_gpu_over_cpu(lab, verdict, workload, workload_size):
-    result = run_gpu(speedup_config(workload, workload_size), 0)
-    lab.record_result(result)
+def test_gpu_over_cpu(lab, verdict, one_gpu_baseline, workload, workload_size):
+    result = one_gpu_baseline(speedup_config(workload, workload_size))  # recorded once, shared with scaling
     verdict(verdicts.gpu_over_cpu(lab, result))

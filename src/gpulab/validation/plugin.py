@@ -20,10 +20,11 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
-from gpulab.paths import input_file, output_dir
+from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
 from gpulab.report.model import Check, Status
+from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline  # a fixture for validate/
 from gpulab.validation.expectations import TIER_SIZE
-from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda
+from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda, write_run_record
 
 LAB_KEY = pytest.StashKey[Lab]()
 REPORT_PATH_KEY = pytest.StashKey[Path]()
@@ -39,6 +40,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--threshold", default="5%", help="regression threshold for --baseline (default 5%%)")
     group.addoption("--from-xml", type=Path, default=None, help="judge a captured `nvidia-smi -q -x` file")
     group.addoption("--topo", type=Path, default=None, help="with --from-xml: a captured `nvidia-smi topo -m`")
+    # No default: a fixed file such as <report-dir>/last-run.json would be shared by every run into that directory,
+    # so a reader could take another (or an older) run's record for its own. Whoever reads the record names it.
+    group.addoption(
+        "--record",
+        type=Path,
+        default=None,
+        help="at the end, write a JSON record of the run here (report paths, counts per status, exit status), "
+        "atomically; for tools that start the suite",
+    )
     group.addoption(
         "--dcgm-diag-level",
         type=int,
@@ -69,6 +79,7 @@ def _options(config: pytest.Config) -> Options:
         threshold=config.getoption("--threshold"),
         from_xml=config.getoption("--from-xml"),
         topo_file=config.getoption("--topo"),
+        record=config.getoption("--record"),
     )
     if opts.expect_gpus is not None and opts.expect_gpus < 0:
         raise pytest.UsageError(f"--expect-gpus {opts.expect_gpus}: give the number of GPUs this host should have")
@@ -84,6 +95,9 @@ def _options(config: pytest.Config) -> Options:
             input_file(opts.from_xml, "--from-xml", "capture one with `nvidia-smi -q -x > FILE`")
         if opts.topo_file is not None:
             input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
+        if opts.record is not None:
+            inputs = [p for p in (opts.baseline, opts.from_xml, opts.topo_file) if p is not None]
+            check_output(Output(opts.record, "--record", "run.json"), inputs)
     except GpulabError as err:
         raise pytest.UsageError(str(err)) from None
     return opts
@@ -244,8 +258,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     command = shlex.join([program, *sys.argv[1:]])
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
-    write_rendered(report, path)
     session.config.stash[REPORT_PATH_KEY] = path
+    rendered: tuple[Path, Path] | None = None
+    try:
+        rendered = write_rendered(report, path)
+    except (GpulabError, OSError) as err:  # the JSON is written: `gpulab report` renders it later
+        lab.messages.append(f"report views not written ({err}); render them with `gpulab report {path}`")
     if lab.options.baseline is not None and not interrupted:
         from gpulab.report.compare import compare, parse_threshold
         from gpulab.report.io import load_report
@@ -263,6 +281,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             lab.messages.append(cmp.to_text())
             if cmp.regressions:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if lab.options.record is not None:  # last: it holds the final exit status, regressions included
+        record = lab.run_record(int(session.exitstatus), path, rendered)
+        try:
+            write_run_record(record, lab.options.record)
+        except OSError as err:
+            lab.messages.append(f"run record not written: {os_error_reason(err, lab.options.record)}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -282,8 +306,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line)
     path = config.stash.get(REPORT_PATH_KEY, None)
     if path is not None:
-        counts = {s: sum(c.status == s for c in lab.report.checks) for s in ("pass", "fail", "error", "skip")}
-        tr.write_line(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks ran")
+        counts = lab.counts()
+        shown = ", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "skip") if counts[s])
+        tr.write_line(shown or "no checks ran")
         tr.write_line(f"report: {path}")
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import json
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpulab import compat
 from gpulab.compat import GpuSpec
@@ -28,6 +29,44 @@ class Options:
     threshold: str = "5%"
     from_xml: Path | None = None  # judge a captured `nvidia-smi -q -x` instead of live NVML
     topo_file: Path | None = None
+    record: Path | None = None  # where the run record goes (`--record`); none: no record
+
+
+RECORD_SCHEMA = "gpulab.run-record/1"
+STATUSES = ("pass", "fail", "skip", "error")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a validation run left behind, for the tool that started it: read this, never pytest's output.
+
+    Written at the end of every run that wrote a report (also an interrupted one). The paths are absolute; `md`
+    and `html` are None when the views could not be rendered beside the report (`gpulab report` renders them).
+    """
+
+    host: str
+    tier: str
+    exit_status: int  # pytest's exit status, regressions against --baseline included
+    interrupted: bool
+    report: Path
+    md: Path | None
+    html: Path | None
+    counts: dict[str, int]  # checks per status: pass, fail, skip, error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": RECORD_SCHEMA,
+            "host": self.host,
+            "tier": self.tier,
+            "exit_status": self.exit_status,
+            "interrupted": self.interrupted,
+            "report": {
+                "json": str(self.report),
+                "md": None if self.md is None else str(self.md),
+                "html": None if self.html is None else str(self.html),
+            },
+            "counts": {status: self.counts.get(status, 0) for status in STATUSES},
+        }
 
 
 def select_gpus(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
@@ -151,7 +190,26 @@ class Lab:
         self.report.command = command
         return self.report
 
+    def counts(self) -> dict[str, int]:
+        """The report's checks per status, every status named (0 when none)."""
+        return {status: sum(c.status == status for c in self.report.checks) for status in STATUSES}
 
-def visible_devices_env(gpus: list[GpuInfo]) -> dict[str, str]:
-    """Environment that makes CUDA see exactly `gpus`, in order: UUIDs, so CUDA and NVML orders cannot differ."""
-    return {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus)}
+    def run_record(self, exit_status: int, report: Path, rendered: tuple[Path, Path] | None) -> RunRecord:
+        md, html = (p.absolute() for p in rendered) if rendered else (None, None)
+        return RunRecord(
+            host=self.hostname,
+            tier=self.options.tier,
+            exit_status=exit_status,
+            interrupted=self.report.interrupted,
+            report=report.absolute(),
+            md=md,
+            html=html,
+            counts=self.counts(),
+        )
+
+
+def write_run_record(record: RunRecord, path: Path) -> Path:
+    """Write the record atomically: a reader finds the previous record or this whole one, never a part."""
+    from gpulab.report.io import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(record.to_dict(), indent=2, ensure_ascii=False) + "\n")
