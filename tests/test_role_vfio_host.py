@@ -62,7 +62,8 @@ def fake_pci_function(root: Path, address: str, pci_id: str, pci_class: int, dri
 
 
 def test_discovery_finds_the_gpus_and_their_companion_functions(tmp_path: Path) -> None:
-    """The role's vfio_devices module, run by Ansible over a sysfs tree shaped like a host with two V100s."""
+    """The role's module (gpulab.provision.vfio_devices), run by Ansible over a sysfs tree shaped like a host with two
+    V100s."""
     exe = Path(sys.executable).parent / "ansible"
     if not exe.exists():
         missing("needs Ansible (pip install -c constraints.txt -e '.[ansible]')")
@@ -74,8 +75,8 @@ def test_discovery_finds_the_gpus_and_their_companion_functions(tmp_path: Path) 
     fake_pci_function(root, "0000:00:1f.3", "8086:a348", 0x040300, "snd_hda_intel", 13)  # the board's audio too
     (root / "proc").mkdir()
     (root / "proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
-    argv = [str(exe), "localhost", "-c", "local", "-M", str(REPO / "roles/vfio_host/library")]
-    argv += ["-m", "vfio_devices", "-a", f"root={root}", "-o", "-e", f"ansible_python_interpreter={sys.executable}"]
+    argv = [str(exe), "localhost", "-c", "local", "-m", "gpulab.provision.vfio_devices", "-a", f"root={root}", "-o"]
+    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
     proc = subprocess.run(
         argv,
         cwd=REPO,

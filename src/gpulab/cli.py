@@ -1,4 +1,5 @@
-"""`gpulab` command line: info | matrix | report | compare (each package registers its own subcommands)."""
+"""`gpulab` command line: info | matrix | report | compare | run | sweep | vm (each package registers its own
+subcommands)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,3 @@ class GpulabError(Exception):
     """A user-facing failure. `str(err)` is the whole message; the CLI prints it and exits non-zero."""
 
     exit_code = 2
-
-
-class IncompatibleStack(GpulabError):
-    """The requested driver/CUDA/cuDNN/framework stack cannot work on the GPU(s); exit 1 like a failed check."""
-
-    exit_code = 1

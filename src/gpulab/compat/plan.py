@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpulab.compat import advice, platforms, rules, versions
-from gpulab.compat.check import Stack, check_stack, ubuntu_release
+from gpulab.compat.check import Stack, ubuntu_release
 from gpulab.compat.data import load_matrix
 from gpulab.compat.gpus import resolve_gpu
 from gpulab.errors import GpulabError
@@ -83,9 +83,3 @@ def profile(name: str) -> Stack:
 def profile_description(name: str) -> str:
     profile(name)  # raises the helpful error for unknown names
     return next(p.description for p in load_matrix().profiles if p.name == name.strip().lower())
-
-
-def check_plan(gpu: str, os: str | None = None) -> tuple[Stack, list[str]]:
-    """A plan and the reasons it does not pass its own check (empty: coherent); used by tests and CLI."""
-    stack = plan_stack(gpu, os)
-    return stack, [str(p) for p in check_stack(stack)]

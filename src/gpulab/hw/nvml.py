@@ -15,6 +15,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, NvLinkInfo, PcieLink
+from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
 from gpulab.hw.smi_xml import normalise_bus_id, split_pci_id
 
 ABSENT = "no NVIDIA GPU/driver found: "
@@ -104,7 +105,7 @@ def _const(nv: Any, name: str, default: int) -> int:
 
 
 def pci_gpus(root: Path = Path("/")) -> list[str]:
-    """PCI addresses of NVIDIA display/3D controllers from sysfs, whether or not a driver is bound."""
+    """PCI addresses of NVIDIA GPUs (gpulab.hw.pci_gpu) from sysfs, whether or not a driver is bound."""
     found = []
     base = root / "sys/bus/pci/devices"
     try:
@@ -113,11 +114,10 @@ def pci_gpus(root: Path = Path("/")) -> list[str]:
         return []
     for dev in entries:
         try:
-            vendor = (dev / "vendor").read_text().strip().lower()
-            klass = int((dev / "class").read_text().strip(), 16)
-        except (OSError, ValueError):
+            vendor, klass = parse_id((dev / "vendor").read_text()), parse_id((dev / "class").read_text())
+        except OSError:
             continue
-        if vendor == "0x10de" and (klass >> 8) in (0x0300, 0x0302):
+        if vendor is not None and klass is not None and is_nvidia_gpu(vendor, klass):
             found.append(dev.name)
     return found
 

@@ -1,7 +1,7 @@
 """What a probe result should reach: the SKU's spec figure (from the compat matrix) and the bound, with provenance.
 
 A probe passes when it reaches `min_pct` of the spec. The bounds are deliberately below what plain reference
-scripts measure on an H200 (../reference/, 2026-11-21), so a healthy machine of another SKU passes and a real
+scripts measure on an H200 (shared/reference/, 2026-11-21), so a healthy machine of another SKU passes and a real
 fault (a slow link, a throttled or broken GPU) does not.
 """
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from gpulab.errors import GpulabError
 from gpulab.hw.model import PcieLink
-from gpulab.vm.pci import NVIDIA_VENDOR, PciAddress, class_name, is_bridge, is_display
+from gpulab.hw.pci_gpu import is_nvidia_gpu
+from gpulab.vm.pci import PciAddress, class_name, is_bridge
 
 # libvirt reports PCIe link speed in GT/s; the generation follows from it (PCIe base spec).
 _GEN_BY_SPEED = {"2.5": 1, "5": 2, "8": 3, "16": 4, "32": 5, "64": 6}
@@ -41,7 +42,7 @@ class PciDevice:
 
     @property
     def is_nvidia_gpu(self) -> bool:
-        return self.vendor_id == NVIDIA_VENDOR and is_display(self.class_code)
+        return is_nvidia_gpu(self.vendor_id, self.class_code)
 
     def describe(self) -> str:
         """'0000:07:00.0 Ethernet controller 8086:10fb (82599ES 10-Gigabit SFI/SFP+)'."""

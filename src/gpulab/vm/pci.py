@@ -6,8 +6,9 @@ import re
 from dataclasses import dataclass
 
 from gpulab.errors import GpulabError
+from gpulab.hw.pci_gpu import NVIDIA_VENDOR, is_bridge
 
-NVIDIA_VENDOR = 0x10DE
+__all__ = ["NVIDIA_VENDOR", "PciAddress", "class_name", "is_bridge"]
 
 # "0000:3b:00.0" or the short "3b:00.0" (domain 0), case-insensitive.
 _ADDRESS = re.compile(  # used with fullmatch: `$` would also take a trailing newline
@@ -100,12 +101,3 @@ def class_name(class_code: int) -> str:
     if base in _BASE_NAMES:
         return f"{_BASE_NAMES[base]} device"
     return f"class 0x{class_code:06x}"
-
-
-def is_bridge(class_code: int) -> bool:
-    """Host and PCI-to-PCI bridges (root ports, switch ports): part of the path, never passed to a guest."""
-    return class_code >> 8 in (0x0600, 0x0604)
-
-
-def is_display(class_code: int) -> bool:
-    return class_code >> 16 == 0x03

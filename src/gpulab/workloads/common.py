@@ -38,11 +38,6 @@ def check_config(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[
     return cfg.batch or batch, cfg.steps or steps
 
 
-def sizes_table(sizes: Mapping[str, tuple[int, int]], first: str = "batch", second: str = "steps") -> str:
-    """One line per size, for docs and error messages."""
-    return "; ".join(f"{size}: {first} {a}, {second} {b}" for size, (a, b) in sizes.items())
-
-
 class Params:
     """A workload's `params`: unknown names and bad values become GpulabErrors that name the allowed ones."""
 

@@ -10,7 +10,7 @@ name: fabric_states
 short_description: Each GPU's NVLink fabric state and status, from C(nvidia-smi -q -x) output
 description:
   - One entry per C(<gpu>) with C(bus_id), C(name), C(state) and C(status) from its C(<fabric>) element (C(N/A)
-    where the driver reports none: GPUs before Hopper, or a driver older than R525).
+    where the driver reports none - GPUs before Hopper, or a driver older than R525).
   - C(problem) is empty when the GPU is ready - state C(Completed) with status C(Success), or C(N/A) - and says
     what is wrong otherwise (C(In Progress) while Fabric Manager trains the links, C(Not Started) when it does not
     run).

@@ -9,13 +9,15 @@ import re
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.provision.plugins.module_utils.pci_gpu import is_nvidia_gpu, is_nvswitch, parse_id
 
 DOCUMENTATION = r"""
 module: gpu_facts
 short_description: NVIDIA GPUs, NVSwitches, Secure Boot and kernels of a host, read from sysfs
 description:
-  - Lists NVIDIA display/3D controllers (PCI vendor 0x10de, class 0x0300 or 0x0302) and NVSwitch bridges
-    (vendor 0x10de, class 0x0680) from C(/sys/bus/pci/devices); no NVIDIA driver is needed.
+  - Lists NVIDIA GPUs (PCI vendor 0x10de, class 0x0300 VGA or 0x0302 3D controller; not their audio or USB
+    functions) and NVSwitch bridges (vendor 0x10de, class 0x0680) from C(/sys/bus/pci/devices); no NVIDIA driver
+    is needed.
   - Reads the Secure Boot state from the C(SecureBoot) EFI variable.
   - Reports the running kernel and every kernel installed under C(/boot) (C(vmlinuz-<release>)), which are the
     kernels a DKMS module must be built for. In a chroot the running kernel is the build host's, so only the
@@ -77,9 +79,6 @@ ansible_facts:
       elements: str
 """
 
-NVIDIA = "0x10de"
-GPU_CLASSES = (0x0300, 0x0302)  # VGA and 3D controllers; the GPU's audio function (0x0403) is not a GPU
-NVSWITCH_CLASS = 0x0680
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
 
@@ -103,14 +102,11 @@ def pci_devices(root: str) -> tuple[list[dict[str, Any]], list[str]]:
         return gpus, switches
     for name in names:
         dev = os.path.join(base, name)
-        vendor = (_read(os.path.join(dev, "vendor")) or "").lower()
-        try:
-            klass = int(_read(os.path.join(dev, "class")) or "", 16) >> 8
-        except ValueError:
+        vendor = parse_id(_read(os.path.join(dev, "vendor")))
+        klass = parse_id(_read(os.path.join(dev, "class")))
+        if vendor is None or klass is None:
             continue
-        if vendor != NVIDIA:
-            continue
-        if klass in GPU_CLASSES:
+        if is_nvidia_gpu(vendor, klass):
             device = (_read(os.path.join(dev, "device")) or "").lower()
             device = device[2:] if device.startswith("0x") else device
             driver = os.path.realpath(os.path.join(dev, "driver"))
@@ -122,7 +118,7 @@ def pci_devices(root: str) -> tuple[list[dict[str, Any]], list[str]]:
                     "injected": False,
                 }
             )
-        elif klass == NVSWITCH_CLASS:
+        elif is_nvswitch(vendor, klass):
             switches.append(name)
     return gpus, switches
 

@@ -8,27 +8,35 @@ import os
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.provision.plugins.module_utils.pci_gpu import is_companion, is_nvidia_gpu, parse_id
 
 DOCUMENTATION = r"""
 module: vfio_devices
 short_description: NVIDIA GPUs and their companion functions, CPU vendor and IOMMU state, from sysfs
 description:
-  - Lists NVIDIA display/3D controllers (PCI vendor 0x10de, class 0x03xx) under C(/sys/bus/pci/devices) and every
-    other function of the same slot (domain:bus:device), which has to be passed through with the GPU.
+  - Lists NVIDIA GPUs (PCI vendor 0x10de, class 0x0300 VGA or 0x0302 3D controller) under
+    C(/sys/bus/pci/devices) and every other function of the same device (domain:bus:slot) that is not a bridge,
+    such as the GPU's audio and USB functions, which have to be passed through with the GPU.
   - Reports the CPU vendor from C(/proc/cpuinfo), whether the IOMMU is on (C(/sys/kernel/iommu_groups) has groups)
     and the kernel driver each listed function is bound to.
   - Changes nothing.
+version_added: "0.1.0"
+author: gpulab
 options:
   root:
     description: Directory the C(sys) and C(proc) trees are read from (C(/) on a real host).
     type: path
     default: /
-author: gpulab
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""
 - name: Find the GPUs to pass through
-  vfio_devices:
+  gpulab.provision.vfio_devices:
   register: found
 """
 
@@ -59,7 +67,6 @@ iommu_enabled:
   type: bool
 """
 
-NVIDIA = "0x10de"
 CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "amd"}
 
 
@@ -86,8 +93,8 @@ def function_info(devices_dir: str, address: str) -> dict[str, Any]:
     return {
         "address": address,
         "pci_id": f"{vendor[2:]}:{device[2:]}".lower(),
-        "vendor": vendor.lower(),
-        "class": int(read(os.path.join(base, "class"), "0x0"), 16),
+        "vendor": parse_id(vendor) or 0,
+        "class": parse_id(read(os.path.join(base, "class"))) or 0,
         "driver": link_name(os.path.join(base, "driver")),
         "iommu_group": int(group) if group and group.isdigit() else None,
     }
@@ -100,9 +107,13 @@ def discover(root: str) -> tuple[list[dict[str, Any]], list[str]]:
     except OSError:
         addresses = []
     functions = [function_info(devices_dir, a) for a in addresses]
-    gpus = [f for f in functions if f["vendor"] == NVIDIA and f["class"] >> 16 == 0x03]
-    slots = {g["address"].rsplit(".", 1)[0] for g in gpus}
-    chosen = gpus + [f for f in functions if f["address"].rsplit(".", 1)[0] in slots and f not in gpus]
+    gpus = [f for f in functions if is_nvidia_gpu(f["vendor"], f["class"])]
+    companions = [
+        f
+        for f in functions
+        if f not in gpus and any(is_companion(g["address"], f["address"], f["class"]) for g in gpus)
+    ]
+    chosen = gpus + companions
     devices = [dict({k: f[k] for k in ("address", "pci_id", "driver", "iommu_group")}, gpu=f in gpus) for f in chosen]
     pci_ids = []
     for d in devices:

@@ -1,0 +1,1 @@
+../../../../../../src/gpulab/hw/pci_gpu.py
