@@ -25,7 +25,6 @@ from provision.inventory import require_ansible
 if str(REPO / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.gpulab.provision.plugins.module_utils import pci_gpu as module_pci_gpu
-from ansible_collections.gpulab.provision.plugins.modules import gpu_facts, vfio_devices
 
 COLLECTION = REPO / "collections/ansible_collections/gpulab/provision"
 SOURCE = REPO / "src/gpulab/hw/pci_gpu.py"
@@ -152,8 +151,20 @@ def sysfs_from_nodedevs(host: str, root: Path) -> Path:
 
 def module_answers(root: Path) -> tuple[list[str], list[str], dict[str, list[str]]]:
     """(gpu_facts' GPUs, vfio_devices' GPUs, vfio_devices' companions by GPU device) over a sysfs tree."""
-    facts_gpus, _ = gpu_facts.pci_devices(str(root))
-    devices, _ = vfio_devices.discover(str(root))
+    # In a child process: importing a module imports ansible.module_utils.basic, which patches this interpreter's
+    # sys.intern (and torch's compiler refuses the patched function later in the session).
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[2]);"
+        "from ansible_collections.gpulab.provision.plugins.modules import gpu_facts, vfio_devices;"
+        "print(json.dumps([gpu_facts.pci_devices(sys.argv[1])[0], vfio_devices.discover(sys.argv[1])[0]]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(root), str(REPO / "collections")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    facts_gpus, devices = json.loads(out)
     gpus = [d["address"] for d in devices if d["gpu"]]
     companions = {
         pci_gpu.device_of(g): sorted(
