@@ -6,9 +6,7 @@ Tesla P100 assumed (there is no GPU here).
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 from guest import image
@@ -63,18 +61,6 @@ def test_a_dry_run_on_a_fresh_host_passes_and_changes_nothing(debian_root, tmp_p
     assert without_apt_caches(tree_state(debian_root)) == without_apt_caches(before)
 
 
-@contextlib.contextmanager
-def another_root(tmp_path: Path) -> Iterator[Path]:
-    """A second fresh Debian 12 root, mounted like the debian_root fixture's."""
-    root = tmp_path / "root2"
-    try:
-        image.unpack_root(root)
-        with image.chroot_mounts(root, apt_cache=image.apt_archive_cache()):
-            yield root
-    finally:
-        image.remove_root(root)
-
-
 HOOK = """\
 - name: Record the {what} of {{{{ inventory_hostname }}}}
   ansible.builtin.lineinfile:
@@ -102,7 +88,7 @@ def test_a_rolling_driver_upgrade_drains_one_node_at_a_time_and_resumes_it_once_
     log = tmp_path / "hooks.log"
     for what in ("drain", "resume"):
         (tmp_path / f"{what}.yml").write_text(HOOK.format(what=what, log=log))
-    with another_root(tmp_path) as root2, serve(mirror.served) as url:
+    with image.fresh_root(tmp_path / "root2") as root2, serve(mirror.served) as url:
         hosts = {}
         for name, root in (("node1", debian_root), ("node2", root2)):
             hosts[name] = {

@@ -30,15 +30,9 @@ def guest_rootfs() -> Path:
 
 @pytest.fixture
 def debian_root(guest_rootfs: Path, tmp_path: Path) -> Iterator[Path]:
-    """A fresh Debian 12 root for this test, with /proc, /sys, /dev, /dev/pts, resolv.conf and the shared apt
-    archive cache mounted; unmounted and deleted afterwards."""
-    root = tmp_path / "root"
-    try:
-        image.unpack_root(root)
-        with image.chroot_mounts(root, apt_cache=image.apt_archive_cache()):
-            yield root
-    finally:
-        image.remove_root(root)
+    """A fresh Debian 12 root for this test (image.fresh_root)."""
+    with image.fresh_root(tmp_path / "root") as root:
+        yield root
 
 
 BOOT_TOOLS = (

@@ -328,3 +328,15 @@ def unpack_root(dest: Path) -> Path:
         ]
     )
     return dest
+
+
+@contextlib.contextmanager
+def fresh_root(root: Path) -> Iterator[Path]:
+    """A fresh Debian 12 root unpacked at `root`, with /proc, /sys, /dev, /dev/pts, resolv.conf and the shared apt
+    archive cache mounted; unmounted and deleted afterwards."""
+    try:
+        unpack_root(root)
+        with chroot_mounts(root, apt_cache=apt_archive_cache()):
+            yield root
+    finally:
+        remove_root(root)
