@@ -44,10 +44,10 @@ def test_tf32_setting_is_restored() -> None:
         (RunConfig("mnist", size="tiny", params={"optimizer": "adam"}), "parameter optimizer='adam' is invalid"),
         (RunConfig("cifar10", size="tiny", params={"momentum": 2}), "parameter momentum=2 is invalid"),
         (RunConfig("resnet50", size="tiny", batch=0), "batch must be a positive integer"),
-        (RunConfig("chexnet", size="huge"), "size 'huge' is not known"),
+        (RunConfig("chexnet", size="huge"), "unknown size 'huge'"),
         (RunConfig("style_transfer", size="tiny", batch=2), "batch must be 1 or unset"),
         (RunConfig("style_transfer", size="tiny", params={"vgg_weights": "/no/such.h5"}), "does not exist"),
-        (RunConfig("mnist", size="tiny", precision="fp16"), "precision 'fp16' is not supported"),
+        (RunConfig("mnist", size="tiny", precision="fp16"), "unknown precision 'fp16'"),
     ],
 )
 def test_bad_inputs(cfg: RunConfig, message: str) -> None:

@@ -345,8 +345,8 @@ def test_style_transfer_bad_params(params, message):
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (RunConfig("mnist", precision="fp16"), "precision 'fp16' is not supported; choose one of fp32, tf32, bf16"),
-        (RunConfig("mnist", size="huge"), "size 'huge' is not known; choose one of tiny, quick, standard, full"),
+        (RunConfig("mnist", precision="fp16"), "unknown precision 'fp16'; choose one of: fp32, tf32, bf16"),
+        (RunConfig("mnist", size="huge"), "unknown size 'huge'; choose one of: tiny, quick, standard, full"),
         (RunConfig("mnist", batch=0), "batch must be a positive integer"),
         (RunConfig("mnist", params={"optimizer": "adam"}), "optimizer='adam' is invalid; expected one of adadelta"),
         (RunConfig("resnet50", params={"num_classes": 1}), "num_classes=1 is invalid"),

@@ -2,18 +2,22 @@
 
 import pytest
 
+from gpulab import names
 from gpulab.probes import judge, nccl_tests, torch_probes
 from gpulab.probes.allreduce import run_allreduce
 from gpulab.report.model import Check
 
 torch = pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the probes")
 
-SPEC_FIELD = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops"}
+
+@pytest.fixture(scope="module")
+def tier(lab):
+    return names.tier(lab.options.tier)
 
 
 @pytest.fixture(scope="module")
-def size(lab):
-    return torch_probes.QUICK if lab.options.tier == "quick" else torch_probes.THOROUGH
+def size(tier):
+    return tier.probe
 
 
 def judged(lab, result, what):
@@ -43,7 +47,7 @@ def test_cpu_memory_copy(lab, verdict):
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 def test_matmul(lab, gpu, verdict, precision, size):
     spec = lab.spec(gpu)
-    if spec is not None and getattr(spec, SPEC_FIELD[precision]) is None:
+    if spec is not None and getattr(spec, names.precision(precision).spec_field) is None:
         verdict(
             Check(
                 f"probe.matmul.{precision}[gpu{gpu.index}]",
@@ -141,8 +145,8 @@ def test_peer_access_where_linked(lab, verdict):
 
 @pytest.mark.multi_gpu
 @pytest.mark.live
-def test_allreduce_bus_bandwidth(lab, verdict, size):
-    mib = 256 if lab.options.tier != "quick" else 128
+def test_allreduce_bus_bandwidth(lab, verdict, tier):
+    mib = tier.allreduce_mib
     result = run_allreduce(len(lab.gpus), mib=mib, iters=20)
     if not result.params.get("correct"):
         verdict(Check("probe.allreduce", "fail", "all-reduce returned a wrong sum: the interconnect corrupts data"))
@@ -151,14 +155,14 @@ def test_allreduce_bus_bandwidth(lab, verdict, size):
 
 @pytest.mark.multi_gpu
 @pytest.mark.live
-def test_allreduce_nccl_tests(lab, verdict):
+def test_allreduce_nccl_tests(lab, verdict, tier):
     """The same figure from NVIDIA's nccl-tests, when `all_reduce_perf` is installed (PATH or $NCCL_TESTS_BIN)."""
     binary = nccl_tests.find_binary()
     if binary is None:
         verdict(
             Check("probe.allreduce.nccl_tests", "skip", "nccl-tests' all_reduce_perf not found (PATH, $NCCL_TESTS_BIN)")
         )
-    size = "128M" if lab.options.tier == "quick" else "256M"
+    size = tier.nccl_tests_size
     result = nccl_tests.run_all_reduce_perf(binary, len(lab.gpus), size=size)
     if not result.params.get("correct"):
         verdict(

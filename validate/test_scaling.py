@@ -6,7 +6,7 @@ import pytest
 
 from gpulab.launch import run_dataparallel, run_ddp, run_sweep
 from gpulab.validation import verdicts
-from gpulab.validation.expectations import TIER_SIZE, scaling_plans
+from gpulab.validation.expectations import scaling_plans
 from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
@@ -21,13 +21,9 @@ def plans(nvlink=True):
 @pytest.mark.multi_gpu
 @pytest.mark.live
 @pytest.mark.parametrize("plan_id", list(plans()))
-def test_scaling(lab, verdict, one_gpu_baseline, plan_id):
-    if lab.options.tier not in TIER_SIZE:
-        pytest.skip("scaling runs in --tier standard and full")
+def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
     plan = plans(lab.nvlink)[plan_id]
-    cfg = RunConfig(
-        plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=TIER_SIZE[lab.options.tier]
-    )
+    cfg = RunConfig(plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=workload_size)
     n = len(lab.gpus)
     if plan.launcher == "sweep":
         # The baseline of a sweep is the same N runs on one GPU, one after another, process start included.

@@ -22,12 +22,11 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.report.model import Check
 
 LEVELS = (1, 2, 3, 4)
-# Tier -> level: quick runs the seconds-long deployment checks, standard the two-minute suite, full the long one.
-TIER_LEVEL = {"quick": 1, "standard": 2, "full": 3}
 # Seconds before a run is abandoned: several times DCGM's documented durations (r1 seconds, r2 about 2 min,
 # r3 15-30 min, r4 about 1.5 h), since some tests take the GPUs one after another.
 TIMEOUT_S = {1: 300, 2: 1200, 3: 5400, 4: 4 * 3600}
@@ -205,7 +204,8 @@ def level_for(tier: str, level: int | None = None) -> int:
                 "or 0 to skip the DCGM diagnostic"
             )
         return level
-    return TIER_LEVEL.get(tier, 1)
+    # quick runs the seconds-long deployment checks, standard the two-minute suite, full the long one
+    return names.tier(tier).dcgm_level
 
 
 def _first_line(text: str) -> str:

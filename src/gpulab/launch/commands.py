@@ -19,13 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import BATCH_POLICIES, PRECISIONS
+from gpulab.names import BATCH_POLICIES, FRAMEWORKS, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
 from gpulab.report.append import append_results
 from gpulab.report.model import Result
-from gpulab.workloads.base import SIZES, RunConfig
-
-LAUNCHERS = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")
-FRAMEWORKS = ("torch", "tensorflow")
+from gpulab.workloads.base import RunConfig
 
 
 def parse_params(items: list[str] | None) -> dict[str, Any]:
@@ -280,7 +277,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         default="torch",
         help="torch (default) or tensorflow (tf.keras; each run in a fresh process, GPU memory growth on)",
     )
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast")
+    p.add_argument(
+        "--precision", choices=TRAINING_PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast"
+    )
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for image models")
     p.add_argument("--batch", type=_positive, help="batch per device (global with --batch-policy global)")
     p.add_argument("--steps", type=_positive, help="timed steps (default: the workload's for --size)")
@@ -328,7 +327,7 @@ def add_commands(sub: Any) -> None:
         ),
     )
     _common(run)
-    run.add_argument("--launcher", choices=LAUNCHERS, default="gpu", help="how to run it (default gpu)")
+    run.add_argument("--launcher", choices=RUN_LAUNCHERS, default="gpu", help="how to run it (default gpu)")
     run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
     run.add_argument("--index", type=_non_negative, default=0, help="which GPU for --launcher gpu (default 0)")
     run.add_argument("--backend", choices=("nccl", "gloo"), help="DDP backend (default: nccl with GPUs, else gloo)")

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.names import BATCH_POLICIES
 from gpulab.report.io import atomic_write_text
 from gpulab.report.model import Result, TelemetrySummary
-from gpulab.workloads.base import SIZES, RunConfig, Session
+from gpulab.workloads.base import RunConfig, Session
 
 DEFAULT_BUILDER = "gpulab.workloads:build"
-BATCH_POLICIES = ("per_device", "global")
-PRECISIONS = ("fp32", "tf32", "bf16")
 LR_PARAMS = ("learning_rate", "lr")  # the params key the linear scaling rule scales (gpulab's workloads: learning_rate)
 
 
@@ -64,15 +64,13 @@ def known_workloads() -> list[str] | None:
 def check_config(cfg: RunConfig, builder: str | None = None) -> None:
     """Reject what cannot run before any process starts."""
     if builder is None:
-        names = known_workloads()
-        if names is None:
+        workloads = known_workloads()
+        if workloads is None:
             resolve_builder(None)  # raises the install hint when the workloads are missing
-        elif cfg.workload not in names:
-            raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(names)}")
-    if cfg.precision not in PRECISIONS:
-        raise GpulabError(f"unknown precision {cfg.precision!r}; choose one of: {', '.join(PRECISIONS)}")
-    if cfg.size not in SIZES:
-        raise GpulabError(f"unknown size {cfg.size!r}; choose one of: {', '.join(SIZES)}")
+        elif cfg.workload not in workloads:
+            raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(workloads)}")
+    names.precision(cfg.precision, training=True)
+    names.size(cfg.size)
     for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
         if value is not None and value < least:
             raise GpulabError(f"--{name} must be at least {least}, got {value}")

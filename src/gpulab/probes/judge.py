@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulab import names
 from gpulab.compat import GpuSpec
 from gpulab.hw.model import GpuInfo
 from gpulab.report.model import Check, Result, Threshold
@@ -63,12 +64,8 @@ def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlin
     figure: float | None = None
     label = source = ""
     if result.workload == "matmul" and spec is not None:
-        figure = {
-            "fp32": spec.fp32_tflops,
-            "tf32": spec.tf32_tflops,
-            "bf16": spec.bf16_tflops,
-            "fp16": spec.fp16_tflops,
-        }.get(result.precision)
+        mode = names.PRECISION_TABLE.get(result.precision)
+        figure = getattr(spec, mode.spec_field) if mode is not None else None
         label = f"{spec.name} dense {result.precision}"
         source = f"{label} datasheet figure ({spec.source})"
     elif result.workload == "copy_d2d" and spec is not None:

@@ -1,4 +1,4 @@
-"""Precision settings for torch, in one place: fp32 means true IEEE fp32 (TF32 off), tf32 turns it on."""
+"""Precision settings for torch: fp32 means true IEEE fp32 (TF32 off), tf32 turns it on (names: gpulab.names)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, cast
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+from gpulab import names
 
 
 def dtype_for(precision: str) -> Any:
+    """The torch dtype a probe's tensors have at `precision` (gpulab.names decodes the name)."""
     import torch
 
-    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return getattr(torch, names.precision(precision).dtype)
 
 
 @contextlib.contextmanager

@@ -12,23 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpulab import names
+from gpulab.names import ProbeSize
 from gpulab.probes.precision import dtype_for, tf32_mode
 from gpulab.report.model import Result
 
-
-@dataclass(frozen=True)
-class ProbeSize:
-    """How much work one probe does; the tiers pick among these."""
-
-    matmul_n: int = 8192
-    matmul_iters: int = 10
-    copy_mib: int = 1024
-    copy_iters: int = 10
-    repeats: int = 3
-
-
-QUICK = ProbeSize()
-THOROUGH = ProbeSize(matmul_iters=50, copy_mib=2048, copy_iters=20, repeats=5)
+QUICK = names.tier("quick").probe  # the default; each tier's size is in gpulab.names
 CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=3, copy_mib=256, copy_iters=3, repeats=3)
 
 
@@ -93,7 +82,7 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
     b = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
-    with tf32_mode(precision == "tf32"):
+    with tf32_mode(names.precision(precision).tf32):
         timing = time_per_iteration(lambda: a @ b, device, size.matmul_iters, size.repeats)
     cpu = not device.startswith("cuda")
     return Result(
@@ -126,7 +115,7 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
         framework="torch",
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
-        precision="none",
+        precision=names.NO_PRECISION,
         value=2 * nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,
@@ -155,7 +144,7 @@ def host_transfer(device: str, direction: str, size: ProbeSize = QUICK) -> Resul
         framework="torch",
         launcher="gpu",
         n=1,
-        precision="none",
+        precision=names.NO_PRECISION,
         value=nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,

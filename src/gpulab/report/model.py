@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulab import __version__
+from gpulab.names import DEFAULT_TIER
 
 SCHEMA_ID = "gpulab.report/1"
 
@@ -103,7 +104,7 @@ class Scaling:
 @dataclass
 class Report:
     fingerprint: dict[str, Any]  # gpulab.hw.model.Fingerprint.to_dict()
-    tier: str = "quick"
+    tier: str = DEFAULT_TIER
     checks: list[Check] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     speedups: list[Speedup] = field(default_factory=list)
@@ -127,7 +128,7 @@ class Report:
         d = dict(data)
         return cls(
             fingerprint=d["fingerprint"],
-            tier=d.get("tier", "quick"),
+            tier=d.get("tier", DEFAULT_TIER),
             checks=[Check(**c) for c in d.get("checks", [])],
             results=[result_from_dict(r) for r in d.get("results", [])],
             speedups=[

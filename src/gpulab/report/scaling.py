@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpulab.names import MULTI_GPU_LAUNCHERS
 from gpulab.report.model import Result, Scaling, Speedup
 
-MULTI_GPU_LAUNCHERS = ("ddp", "dataparallel", "sweep", "mirrored")
 SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
 
 _Group = tuple[str, str, str, str]  # workload, framework, precision, unit

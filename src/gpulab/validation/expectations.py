@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from gpulab.report.model import Threshold
 from gpulab.workloads.base import RunConfig
 
-# Workloads each tier runs for speedup and scaling, and how big.
-TIER_SIZE = {"standard": "standard", "full": "full"}
+# Workloads the speedup rows run (at the tier's workload size, gpulab.names.Tier.workload_size).
 SPEEDUP_WORKLOADS = ("style_transfer", "mnist", "cifar10", "chexnet", "resnet50")
 
 # CPU rows run a couple of steps; the big ImageNet-sized models also get a small batch (CPU throughput barely

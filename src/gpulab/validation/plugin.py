@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
 from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
 from gpulab.report.model import Check, Status
 from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline  # a fixture for validate/
-from gpulab.validation.expectations import TIER_SIZE
-from gpulab.validation.session import TIERS, Lab, Options, select_gpus, visible_to_cuda, write_run_record
+from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
 
 LAB_KEY = pytest.StashKey[Lab]()
 REPORT_PATH_KEY = pytest.StashKey[Path]()
@@ -32,7 +32,12 @@ REPORT_PATH_KEY = pytest.StashKey[Path]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpulab", "gpulab validation")
-    group.addoption("--tier", choices=TIERS, default="quick", help="quick (seconds), standard (minutes), full")
+    group.addoption(
+        "--tier",
+        choices=names.TIERS,
+        default=names.DEFAULT_TIER,
+        help="; ".join(f"{t.name}: {t.summary}" for t in names.TIER_TABLE.values()),
+    )
     group.addoption("--gpus", default="all", help="'all', the first N ('2'), or indices ('0,2', '3,')")
     group.addoption("--expect-gpus", type=int, default=None, help="fail unless this many GPUs are visible")
     group.addoption("--report-dir", type=Path, default=Path("reports"), help="where report-*.json goes")
@@ -178,9 +183,11 @@ def lab(request: pytest.FixtureRequest) -> Lab:
 @pytest.fixture(scope="session")
 def workload_size(lab: Lab) -> str:
     """The workloads' size for this tier; the quick tier runs no training workloads."""
-    if lab.options.tier not in TIER_SIZE:
-        pytest.skip("workloads run in --tier standard and full")
-    return TIER_SIZE[lab.options.tier]
+    workload_size = names.tier(lab.options.tier).workload_size
+    if workload_size is None:
+        trained = " and ".join(t.name for t in names.TIER_TABLE.values() if t.workload_size)
+        pytest.skip(f"workloads run in --tier {trained}")
+    return workload_size
 
 
 @pytest.fixture

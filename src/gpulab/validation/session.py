@@ -9,19 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab import compat
+from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
 from gpulab.hw.model import Fingerprint, GpuInfo
 from gpulab.probes import judge
 from gpulab.report.model import Check, Report, Result
 
-TIERS = ("quick", "standard", "full")
-
 
 @dataclass
 class Options:
-    tier: str = "quick"
+    tier: str = names.DEFAULT_TIER  # one of gpulab.names.TIERS
     gpus: str = "all"  # "all", "0,2" (indices) or "2" (the first two)
     expect_gpus: int | None = None
     report_dir: Path = Path("reports")

@@ -6,7 +6,8 @@ Importing this package does not import torch; building a session does.
 from __future__ import annotations
 
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import SIZES, Builder, RunConfig, Session
+from gpulab.names import SIZES
+from gpulab.workloads.base import Builder, RunConfig, Session
 
 
 def _lazy(module: str) -> Builder:

@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-# Problem sizes: "tiny" keeps CI on two CPU cores in seconds; "quick"/"standard" are validate/'s tiers;
-# "full" is the size the original studies ran (1000 style-transfer iterations at 512 px, full epochs).
-SIZES = ("tiny", "quick", "standard", "full")
-
 
 @dataclass
 class RunConfig:
@@ -25,7 +21,7 @@ class RunConfig:
     batch: int | None = None  # per device (weak scaling); None = the workload's default for `size`
     steps: int | None = None  # timed steps (iterations for style transfer); None = default for `size`
     warmup: int = 3
-    size: str = "standard"
+    size: str = "standard"  # one of gpulab.names.SIZES
     data: Path | None = None  # real data; None = synthetic tensors of the real shapes
     num_workers: int = 2  # DataLoader workers for real data
     seed: int = 0

@@ -14,20 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import SIZES, RunConfig
-
-PRECISIONS = ("fp32", "tf32", "bf16")
+from gpulab.workloads.base import RunConfig
 
 
 def check_config(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
     """Validate the generic fields and return (batch, steps): the config's, or the size's defaults."""
-    if cfg.precision not in PRECISIONS:
-        raise GpulabError(
-            f"{cfg.workload}: precision {cfg.precision!r} is not supported; choose one of {', '.join(PRECISIONS)}"
-        )
-    if cfg.size not in SIZES:
-        raise GpulabError(f"{cfg.workload}: size {cfg.size!r} is not known; choose one of {', '.join(SIZES)}")
+    names.precision(cfg.precision, training=True, who=cfg.workload)
+    names.size(cfg.size, who=cfg.workload)
     for name in ("batch", "steps"):
         value = getattr(cfg, name)
         if value is not None and (not isinstance(value, int) or value < 1):
@@ -121,8 +116,9 @@ class Numerics:
 
         self.precision = precision
         self.device_type = torch.device(device).type
-        self.tf32 = precision != "fp32"
-        self.bf16 = precision == "bf16"
+        mode = names.precision(precision, training=True)
+        self.tf32 = mode.tf32
+        self.autocast_dtype = mode.autocast
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(tf32_mode(self.tf32))
         if self.device_type == "cuda":
@@ -133,12 +129,12 @@ class Numerics:
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 
-        if self.bf16:
-            return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
+        if self.autocast_dtype is not None:
+            return torch.autocast(device_type=self.device_type, dtype=getattr(torch, self.autocast_dtype))
         return contextlib.nullcontext()
 
     def facts(self) -> dict[str, Any]:
-        return {"precision": self.precision, "tf32": self.tf32, "autocast": "bf16" if self.bf16 else None}
+        return {"precision": self.precision, "tf32": self.tf32, "autocast": "bf16" if self.autocast_dtype else None}
 
     def close(self) -> None:
         self._stack.close()

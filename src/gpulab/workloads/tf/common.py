@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 
@@ -23,9 +24,10 @@ class TFNumerics:
         import keras
         import tensorflow as tf
 
+        mode = names.precision(precision, training=True)
         self.precision = precision
-        self.tf32 = precision != "fp32"
-        self.bf16 = precision == "bf16"
+        self.tf32 = mode.tf32
+        self.bf16 = mode.autocast == "bfloat16"
         self._tf32_before = bool(tf.config.experimental.tensor_float_32_execution_enabled())
         self._policy_before = keras.mixed_precision.global_policy().name
         tf.config.experimental.enable_tensor_float_32_execution(self.tf32)

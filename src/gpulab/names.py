@@ -1,0 +1,139 @@
+"""gpulab's vocabulary, named once: precisions, problem sizes, validation tiers, launchers and frameworks.
+
+Every layer (workloads, probes, launchers, the validation suite, the report schema) takes its names and their
+meaning from here, so a precision or a tier means the same thing wherever it is read:
+
+    from gpulab import names
+
+    mode = names.precision("bf16")        # .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
+    tier = names.tier("standard")         # .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
+
+This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulab.errors import GpulabError
+
+
+# -- precision -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Precision:
+    """What a precision name means for the numbers a run computes."""
+
+    name: str
+    dtype: str  # the tensors' element type (torch.<dtype>, tf.<dtype>)
+    tf32: bool  # fp32 matmuls and convolutions on TF32 tensor cores
+    autocast: str | None  # the reduced type training runs under (torch autocast, Keras' mixed policy); None: fp32
+    spec_field: str  # the GpuSpec field holding the datasheet's dense rate at this precision
+    trains: bool  # workloads train at it (fp16 training needs loss scaling, which they do not do: probes only)
+    summary: str
+
+
+_PRECISIONS = (
+    Precision("fp32", "float32", False, None, "fp32_tflops", True, "IEEE fp32 (TF32 off)"),
+    Precision("tf32", "float32", True, None, "tf32_tflops", True, "fp32 with TF32 tensor cores"),
+    Precision("bf16", "bfloat16", True, "bfloat16", "bf16_tflops", True, "bf16 autocast (fp32 master weights)"),
+    Precision("fp16", "float16", True, "float16", "fp16_tflops", False, "fp16 (matmul probe only)"),
+)
+PRECISION_TABLE: dict[str, Precision] = {p.name: p for p in _PRECISIONS}
+PRECISIONS: tuple[str, ...] = tuple(PRECISION_TABLE)
+TRAINING_PRECISIONS: tuple[str, ...] = tuple(p.name for p in _PRECISIONS if p.trains)
+NO_PRECISION = "none"  # a result that is not arithmetic (memory copies, host transfers)
+REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION)
+
+
+def precision(name: str, *, training: bool = False, who: str = "") -> Precision:
+    """The Precision called `name`; `training` refuses the probe-only ones. `who` prefixes the message."""
+    allowed = TRAINING_PRECISIONS if training else PRECISIONS
+    if name not in allowed:
+        prefix = f"{who}: " if who else ""
+        raise GpulabError(f"{prefix}unknown precision {name!r}; choose one of: {', '.join(allowed)}")
+    return PRECISION_TABLE[name]
+
+
+# -- problem sizes and tiers ---------------------------------------------------------------------------------
+# Workload problem sizes: "tiny" keeps CI on two CPU cores in seconds; "quick"/"standard" are the validation
+# tiers' sizes; "full" is the size the original studies ran (1000 style-transfer iterations at 512 px, epochs).
+SIZES: tuple[str, ...] = ("tiny", "quick", "standard", "full")
+
+
+def size(name: str, who: str = "") -> str:
+    if name not in SIZES:
+        prefix = f"{who}: " if who else ""
+        raise GpulabError(f"{prefix}unknown size {name!r}; choose one of: {', '.join(SIZES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class ProbeSize:
+    """How much work one probe does."""
+
+    matmul_n: int = 8192
+    matmul_iters: int = 10
+    copy_mib: int = 1024
+    copy_iters: int = 10
+    repeats: int = 3
+
+
+@dataclass(frozen=True)
+class Tier:
+    """How deep a validation run goes (`pytest validate/ --tier NAME`)."""
+
+    name: str
+    summary: str
+    workload_size: str | None  # the training workloads' size; None: this tier trains nothing
+    probe: ProbeSize  # the GPU matmul and copy probes
+    allreduce_mib: int  # the all-reduce probe's buffer
+    nccl_tests_size: str  # nccl-tests' all_reduce_perf -b/-e
+    dcgm_level: int  # `dcgmi diag -r LEVEL`
+
+
+_TIERS = (
+    Tier("quick", "seconds: probes and health, no training", None, ProbeSize(), 128, "128M", 1),
+    Tier(
+        "standard",
+        "minutes: probes, speedups and scaling at the standard size",
+        "standard",
+        ProbeSize(matmul_iters=50, copy_mib=2048, copy_iters=20, repeats=5),
+        256,
+        "256M",
+        2,
+    ),
+    Tier(
+        "full",
+        "about an hour: the workloads at the studies' size, DCGM's long diagnostic",
+        "full",
+        ProbeSize(matmul_iters=50, copy_mib=2048, copy_iters=20, repeats=5),
+        256,
+        "256M",
+        3,
+    ),
+)
+TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
+TIERS: tuple[str, ...] = tuple(TIER_TABLE)
+DEFAULT_TIER = "quick"
+
+
+def tier(name: str) -> Tier:
+    if name not in TIER_TABLE:
+        raise GpulabError(f"unknown tier {name!r}; choose one of: {', '.join(TIERS)}")
+    return TIER_TABLE[name]
+
+
+# -- launchers and frameworks --------------------------------------------------------------------------------
+ONE_DEVICE_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu")
+MULTI_GPU_LAUNCHERS: tuple[str, ...] = ("ddp", "dataparallel", "mirrored", "sweep")
+RUN_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")  # `gpulab run --launcher`
+LAUNCHERS: tuple[str, ...] = (*ONE_DEVICE_LAUNCHERS, *MULTI_GPU_LAUNCHERS)
+PROBE_LAUNCHERS: tuple[str, ...] = ("nccl", "gloo")  # the all-reduce probes' transports
+REPORT_LAUNCHERS: tuple[str, ...] = (*LAUNCHERS, *PROBE_LAUNCHERS)
+
+# Frameworks the launchers know by default; a backend module may add its own (gpulab.launch.backends).
+FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
+DEFAULT_FRAMEWORK = "torch"
+FRAMEWORK_PATTERN = r"^[a-z][a-z0-9_-]*$"  # what a report accepts (nccl-tests' probe results included)
+
+BATCH_POLICIES: tuple[str, ...] = ("per_device", "global")
