@@ -72,7 +72,7 @@ def test_one_tier_table():
 
 def test_the_report_schema_takes_its_names_from_gpulab_names():
     defs = _schema()["$defs"]
-    assert defs["tier_name"]["enum"] == list(names.TIERS)
+    assert defs["tier_name"]["enum"] == list(names.REPORT_TIERS)
     assert defs["launcher_name"]["enum"] == list(names.REPORT_LAUNCHERS)
     assert defs["precision_name"]["enum"] == list(names.REPORT_PRECISIONS)
     assert defs["framework_name"]["pattern"] == names.FRAMEWORK_PATTERN

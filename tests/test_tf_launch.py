@@ -17,7 +17,8 @@ from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
 
-from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu, run_tf_sweep
+from gpulab.launch.sweep import run_sweep
+from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu
 
 WORKLOADS = ("mnist", "cifar10", "chexnet", "resnet50", "style_transfer")
 
@@ -70,7 +71,7 @@ def test_mirrored_global_batch_and_refusals() -> None:
 
 
 def test_sweep_two_processes(tmp_path: Path) -> None:
-    r = run_tf_sweep(tiny("mnist"), 2, tmp_path / "sweep")
+    r = run_sweep(tiny("mnist"), 2, tmp_path / "sweep", framework="tensorflow")
     assert (r.framework, r.launcher, r.n) == ("tensorflow", "sweep", 2)
     assert r.devices == ["cpu", "cpu"] and len(r.params["runs"]) == 2
     assert all(run["samples_per_s"] > 0 for run in r.params["runs"])

@@ -84,9 +84,13 @@ def fake_sweep(cfg: RunConfig, gpus: int, out_dir: Path, runs: int | None = None
 def pytest_configure(config: pytest.Config) -> None:
     # Before collection: validate/'s modules import the launchers by name when pytest imports them.
     import gpulab.launch
+    import gpulab.launch.ddp
+    import gpulab.launch.local
     import gpulab.launch.tf_launch
 
     fakes = {
+        gpulab.launch.local: {"run_cpu": fake_cpu, "run_gpu": fake_gpu, "run_dataparallel": fake_dataparallel},
+        gpulab.launch.ddp: {"run_ddp": fake_ddp},
         gpulab.launch: {
             "run_cpu": fake_cpu,
             "run_gpu": fake_gpu,

@@ -42,12 +42,30 @@ def test_cpu_memory_copy(lab, verdict):
     verdict(judged(lab, torch_probes.copy_bandwidth("cpu", torch_probes.CPU_SMALL), "host memory copy"))
 
 
+@pytest.fixture(scope="module")
+def matmul_row(lab, measured_rows, size):
+    """GPU `gpu`'s matmul row at a precision, measured once (test_matmul and test_gpus_perform_alike share it)."""
+
+    def row(gpu, precision):
+        device = f"cuda:{lab.gpus.index(gpu)}"
+        return measured_rows.get(
+            ("matmul", device, precision, size), lambda: torch_probes.matmul(device, precision, size)
+        )
+
+    return row
+
+
+def has_rate(lab, gpu, precision):
+    spec = lab.spec(gpu)
+    return spec is None or getattr(spec, names.precision(precision).spec_field) is not None
+
+
 @pytest.mark.gpu
 @pytest.mark.live
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
-def test_matmul(lab, gpu, verdict, precision, size):
-    spec = lab.spec(gpu)
-    if spec is not None and getattr(spec, names.precision(precision).spec_field) is None:
+def test_matmul(lab, gpu, verdict, precision, matmul_row):
+    if not has_rate(lab, gpu, precision):
+        spec = lab.spec(gpu)
         verdict(
             Check(
                 f"probe.matmul.{precision}[gpu{gpu.index}]",
@@ -55,8 +73,9 @@ def test_matmul(lab, gpu, verdict, precision, size):
                 f"{spec.name} ({spec.architecture}) has no {precision} tensor-core rate",
             )
         )
-    device = f"cuda:{lab.gpus.index(gpu)}"
-    verdict(judged(lab, torch_probes.matmul(device, precision, size), f"{precision} matmul"))
+    result = matmul_row(gpu, precision)
+    verdict(judge.check(result, lab.expectation_for(result), f"{precision} matmul"))
+    torch_probes.release_cached_memory()
 
 
 @pytest.mark.gpu
@@ -79,13 +98,11 @@ def test_pinned_host_transfer(lab, gpu, verdict, direction, size):
 @pytest.mark.multi_gpu
 @pytest.mark.live
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-def test_gpus_perform_alike(lab, verdict, precision):
+def test_gpus_perform_alike(lab, verdict, precision, matmul_row):
     """One GPU slower than its identical siblings points at that GPU: cooling, power, a bad link."""
-    rows = {
-        r.device: r.value
-        for r in lab.report.results
-        if r.workload == "matmul" and r.precision == precision and r.launcher == "gpu" and r.device
-    }
+    measured = [matmul_row(gpu, precision) for gpu in lab.gpus if has_rate(lab, gpu, precision)]
+    torch_probes.release_cached_memory()
+    rows = {r.device: r.value for r in measured}
     if len(rows) < 2:
         verdict(
             Check(

@@ -11,7 +11,7 @@ from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirror
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: install gpulab[tf] to run the TensorFlow rows")
 
-from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu
+from gpulab.launch.tf_launch import run_mirrored
 
 
 @pytest.mark.gpu
@@ -23,19 +23,19 @@ def test_tensorflow_sees_gpus(lab, verdict):
 @pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
-def test_tf_cpu(lab, verdict, workload, threads, workload_size):
+def test_tf_cpu(verdict, cpu_rows, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    result = run_tf_cpu(cpu_config(speedup_config(workload, workload_size, "tensorflow")), n)
-    lab.record_result(result)
+    (result,) = cpu_rows(cpu_config(speedup_config(workload, workload_size, "tensorflow")), "tensorflow", threads=n)
     verdict(verdicts.cpu_row(result))
 
 
 @pytest.mark.gpu
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
-def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, workload, workload_size):
-    result = one_gpu_baseline(speedup_config(workload, workload_size, "tensorflow"), "tensorflow")
-    verdict(verdicts.gpu_over_cpu(lab, result))
+def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, workload_size):
+    cfg = speedup_config(workload, workload_size, "tensorflow")
+    result = one_gpu_baseline(cfg, "tensorflow")
+    verdict(verdicts.gpu_over_cpu(lab, result, cpu_rows(cpu_config(cfg), "tensorflow")))
 
 
 @pytest.mark.multi_gpu

@@ -115,6 +115,8 @@ _TIERS = (
 TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
 TIERS: tuple[str, ...] = tuple(TIER_TABLE)
 DEFAULT_TIER = "quick"
+RUN_REPORT_TIER = "run"  # a report that `gpulab run` / `gpulab sweep` started (no validation tier)
+REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER)
 
 
 def tier(name: str) -> Tier:

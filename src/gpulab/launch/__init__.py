@@ -1,9 +1,13 @@
-"""How a workload runs: cpu, gpu, ddp, dataparallel and sweep launchers, each returning a report Result.
+"""How a workload runs: one typed `Launch`, one backend per framework, and the launchers behind them.
 
-    from gpulab.launch import run_cpu, run_ddp
+    from gpulab.launch import Launch, start
     from gpulab.workloads.base import RunConfig
 
-    result = run_ddp(RunConfig("resnet50", precision="bf16", batch=256, size="standard"), 4)
+    result = start(Launch(RunConfig("resnet50", precision="bf16", batch=256), launcher="ddp", gpus=4))
+
+`start` asks the framework's backend (gpulab.launch.backends: torch, tensorflow, or one a package declares) to
+run the launcher, or runs a sweep of the backend's worker processes. The torch launchers are also callable
+directly (run_cpu, run_gpu, run_ddp, run_dataparallel, run_sweep).
 
 Every launcher records throughput in samples/s (all processes' samples / the slowest process's timed seconds),
 the batch policy (per_device or global) with the per-device and global batch, the linear-scaling-rule learning
@@ -12,7 +16,19 @@ rate when asked, the threads, the workload's own facts and, on GPUs, an NVML tel
 
 from gpulab.launch.common import BatchPlan, plan_batch
 from gpulab.launch.ddp import run_ddp
+from gpulab.launch.dispatch import start
 from gpulab.launch.local import run_cpu, run_dataparallel, run_gpu
+from gpulab.launch.spec import Launch
 from gpulab.launch.sweep import run_sweep
 
-__all__ = ["BatchPlan", "plan_batch", "run_cpu", "run_dataparallel", "run_ddp", "run_gpu", "run_sweep"]
+__all__ = [
+    "BatchPlan",
+    "Launch",
+    "plan_batch",
+    "run_cpu",
+    "run_dataparallel",
+    "run_ddp",
+    "run_gpu",
+    "run_sweep",
+    "start",
+]

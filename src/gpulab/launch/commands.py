@@ -18,8 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.names import BATCH_POLICIES, FRAMEWORKS, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
+from gpulab.launch import backends
+from gpulab.launch.dispatch import check_launch, start
+from gpulab.launch.spec import Launch
+from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
 from gpulab.report.append import append_results
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
@@ -55,24 +59,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         params=parse_params(args.param),
     )
-
-
-def import_torch() -> None:
-    """Import torch with Ctrl-C held back until the import is done.
-
-    A KeyboardInterrupt raised while torch's C++ extensions initialise escapes as a C++ exception and aborts the
-    process (SIGABRT and a "terminate called" message) instead of ending it with one line.
-    """
-    import signal
-
-    pending: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        import torch  # noqa: F401
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pending:
-        raise KeyboardInterrupt
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -128,117 +114,51 @@ def _status(text: str) -> Any:
     return Console(stderr=True).status(text, spinner="dots")
 
 
-def _run_tensorflow(args: argparse.Namespace, cfg: RunConfig) -> Result:
-    import os
-
-    from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu, run_tf_gpu
-
-    if args.builder:
-        raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
-    if args.launcher in ("ddp", "dataparallel"):
-        raise GpulabError(
-            f"--launcher {args.launcher} is a torch launcher; with --framework tensorflow use cpu, gpu or mirrored"
-        )
-    with _status(f"running {cfg.workload} (tensorflow {args.launcher}, {cfg.precision}, size {cfg.size})"):
-        if args.launcher == "cpu":
-            return run_tf_cpu(cfg, args.threads or os.cpu_count() or 1, timeout_s=args.timeout)
-        if args.launcher == "gpu":
-            return run_tf_gpu(cfg, args.index, telemetry=not args.no_telemetry, timeout_s=args.timeout)
-        return run_mirrored(
-            cfg,
-            args.gpus,
-            args.batch_policy,
-            args.scale_lr,
-            telemetry=not args.no_telemetry,
-            threads=args.threads,
-            timeout_s=args.timeout,
-        )
+def launch_from_args(args: argparse.Namespace, launcher: str) -> Launch:
+    """The Launch the command line describes (`launcher` "sweep" for `gpulab sweep`)."""
+    return Launch(
+        cfg=config_from_args(args),
+        framework=args.framework,
+        launcher=launcher,
+        gpus=args.gpus,
+        index=getattr(args, "index", 0),
+        threads=args.threads,
+        batch_policy=args.batch_policy,
+        scale_lr=args.scale_lr,
+        comm_backend=getattr(args, "backend", None),
+        builder=args.builder,
+        timeout_s=args.timeout,
+        telemetry=not args.no_telemetry,
+        sweep_dir=getattr(args, "sweep_dir", None),
+        runs=getattr(args, "runs", None),
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpulab.launch import run_cpu, run_dataparallel, run_ddp, run_gpu
-
     check_outputs(args)
-    if getattr(args, "framework", "torch") == "torch":
-        import_torch()
-    cfg = config_from_args(args)
-    common: dict[str, Any] = {"builder": args.builder}
-    if args.launcher in ("cpu", "gpu") and (args.batch_policy != "per_device" or args.scale_lr):
-        raise GpulabError(f"--batch-policy/--scale-lr split a batch over devices; --launcher {args.launcher} has one")
-    if args.launcher in ("cpu", "gpu") and args.gpus != 1:
-        raise GpulabError(f"--launcher {args.launcher} runs on one device; drop --gpus or use --launcher ddp")
-    if getattr(args, "framework", "torch") == "tensorflow":
-        return _finish(args, _run_tensorflow(args, cfg))
-    if args.launcher == "mirrored":
-        raise GpulabError("--launcher mirrored is TensorFlow's MirroredStrategy: add --framework tensorflow")
-    with _status(f"running {cfg.workload} ({args.launcher}, {cfg.precision}, size {cfg.size})"):
-        if args.launcher == "cpu":
-            result = run_cpu(cfg, args.threads or _all_threads(), **common)
-        elif args.launcher == "gpu":
-            result = run_gpu(cfg, args.index, telemetry=not args.no_telemetry, **common)
-        elif args.launcher == "ddp":
-            result = run_ddp(
-                cfg,
-                args.gpus,
-                batch_policy=args.batch_policy,
-                scale_lr=args.scale_lr,
-                backend=args.backend,
-                threads=args.threads or 1,
-                timeout_s=args.timeout,
-                telemetry=not args.no_telemetry,
-                **common,
-            )
-        else:
-            result = run_dataparallel(
-                cfg,
-                args.gpus,
-                batch_policy=args.batch_policy,
-                scale_lr=args.scale_lr,
-                telemetry=not args.no_telemetry,
-                **common,
-            )
+    launch = launch_from_args(args, args.launcher)
+    backend = check_launch(launch)
+    backend.prepare()
+    with _status(f"running {launch.describe()}"):
+        result = start(launch)
     return _finish(args, result)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from gpulab.launch import run_sweep
-
-    check_outputs(args)
-    framework = getattr(args, "framework", "torch")
-    if framework == "torch":
-        import_torch()
-    cfg = config_from_args(args)
-    if framework == "tensorflow" and args.builder:
-        raise GpulabError("--builder names a torch workload builder; drop it with --framework tensorflow")
     import contextlib
 
+    check_outputs(args)
+    launch = launch_from_args(args, "sweep")
+    check_launch(launch).prepare()
     # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
     # pool workers forked from here) goes to stderr instead.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {cfg.workload} over {args.gpus} devices"):
-        result = run_sweep(
-            cfg,
-            args.gpus,
-            args.sweep_dir,
-            runs=args.runs,
-            batch_policy=args.batch_policy,
-            scale_lr=args.scale_lr,
-            threads=args.threads or 1,
-            builder=args.builder,
-            timeout_s=args.timeout,
-            telemetry=not args.no_telemetry,
-            framework=framework,
-        )
+    with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {launch.cfg.workload} over {args.gpus} devices"):
+        result = start(launch)
     where = f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})"
     # A message beside the JSON (which records both as params.psweep_db and params.psweep_run_id).
     print(where, file=sys.stderr if args.json else sys.stdout)
     return _finish(args, result)
-
-
-def _all_threads() -> int:
-    import torch
-
-    return int(torch.get_num_threads())
 
 
 def _whole_number(text: str, minimum: int) -> int:
@@ -273,9 +193,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", metavar="WORKLOAD", help="a workload name (see gpulab.workloads.WORKLOADS)")
     p.add_argument(
         "--framework",
-        choices=FRAMEWORKS,
-        default="torch",
-        help="torch (default) or tensorflow (tf.keras; each run in a fresh process, GPU memory growth on)",
+        choices=backends.available(),
+        default=names.DEFAULT_FRAMEWORK,
+        help="torch (default), tensorflow (tf.keras; each run in a fresh process, GPU memory growth on), or a "
+        "framework a package adds (entry points, group gpulab.backends)",
     )
     p.add_argument(
         "--precision", choices=TRAINING_PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast"

@@ -13,7 +13,6 @@ import dataclasses
 import importlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.hw import cuda_visible
 from gpulab.names import BATCH_POLICIES
 from gpulab.report.io import atomic_write_text
 from gpulab.report.model import Result, TelemetrySummary
@@ -62,13 +62,18 @@ def known_workloads() -> list[str] | None:
 
 
 def check_config(cfg: RunConfig, builder: str | None = None) -> None:
-    """Reject what cannot run before any process starts."""
+    """Reject a torch run that cannot start, before any process starts (a builder's own names are its business)."""
     if builder is None:
         workloads = known_workloads()
         if workloads is None:
             resolve_builder(None)  # raises the install hint when the workloads are missing
         elif cfg.workload not in workloads:
             raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(workloads)}")
+    check_run_fields(cfg)
+
+
+def check_run_fields(cfg: RunConfig) -> None:
+    """The fields every framework reads the same way: precision, size, batch, steps, warm-up, data."""
     names.precision(cfg.precision, training=True)
     names.size(cfg.size)
     for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
@@ -211,10 +216,7 @@ def nvml_indices(ordinals: Sequence[int]) -> list[int]:
         found = nvml_indices_for_uuids(uuids)
         if found is not None:
             return found
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if visible and all(v.isdigit() for v in visible) and max(ordinals, default=0) < len(visible):
-        return [int(visible[k]) for k in ordinals]
-    return list(ordinals)
+    return cuda_visible.nvml_indices_by_number(ordinals) or list(ordinals)
 
 
 def sync(devices: Sequence[str]) -> None:
@@ -356,12 +358,13 @@ def make_result(
     device: str | None,
     params: dict[str, Any],
     telemetry: TelemetrySummary | None = None,
+    framework: str = names.DEFAULT_FRAMEWORK,
 ) -> Result:
     if seconds <= 0:
         raise GpulabError(f"{cfg.workload}: the timed loop took no measurable time; run more --steps")
     return Result(
         workload=cfg.workload,
-        framework="torch",
+        framework=framework,
         launcher=launcher,
         n=n,
         precision=cfg.precision,

@@ -13,7 +13,6 @@ bug); such a run is retried once.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -22,13 +21,13 @@ from gpulab.errors import GpulabError
 from gpulab.launch.common import (
     LoopTiming,
     check_config,
-    config_to_dict,
     make_result,
     nvml_indices,
     plan_batch,
     run_params,
     visible_gpus,
 )
+from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
 from gpulab.report.model import Result
 from gpulab.telemetry import Sampler
@@ -69,18 +68,9 @@ def run_ddp(
     plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
     ordinals = list(range(nprocs)) if backend == "nccl" else []
     with tempfile.TemporaryDirectory(prefix="gpulab-ddp-") as tmp:
-        config_path, out = Path(tmp) / "run.json", Path(tmp) / "result.json"
-        config_path.write_text(
-            json.dumps(
-                {
-                    "run": config_to_dict(cfg),
-                    "plan": plan.to_dict(),
-                    "builder": builder,
-                    "backend": backend,
-                    "threads": threads,
-                }
-            )
-        )
+        out = Path(tmp) / "result.json"
+        message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend)
+        config_path = message.write(Path(tmp) / "run.json")
         sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
         if sampler is not None:
             sampler.start()

@@ -3,10 +3,10 @@
     python -m torch.distributed.run --standalone --nproc_per_node=N -m gpulab.launch.ddp_worker \\
         --config run.json --out result.json
 
-run.json (written by `gpulab.launch.ddp.run_ddp`): {"run": RunConfig fields, "builder": "module:function" or
-null, "backend": "nccl" | "gloo", "threads": T}. Each rank builds its Session on cuda:LOCAL_RANK (NCCL) or the
-CPU (gloo) with seed = run.seed + rank, so ranks draw different synthetic batches while DDP broadcasts rank 0's
-initial weights to all. Rank 0 writes the result atomically.
+run.json (written by `gpulab.launch.ddp.run_ddp`) is a gpulab.launch.spec.WorkerMessage: the RunConfig, the
+batch plan, the builder, comm_backend nccl | gloo and the threads per process. Each rank builds its Session on
+cuda:LOCAL_RANK (NCCL) or the CPU (gloo) with seed = run.seed + rank, so ranks draw different synthetic batches
+while DDP broadcasts rank 0's initial weights to all. Rank 0 writes the result atomically.
 """
 
 from __future__ import annotations
@@ -18,41 +18,34 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import (
-    BatchPlan,
-    config_from_dict,
-    set_cuda_flags,
-    timed_loop,
-    write_json_atomic,
-)
-from gpulab.launch.common import (
-    resolve_builder as _resolve_builder,
-)
+from gpulab.launch.common import resolve_builder, set_cuda_flags, timed_loop, write_json_atomic
+from gpulab.launch.spec import WorkerMessage
+
+PG_TIMEOUT_S = 1800.0  # a collective that waits longer than this is stuck
 
 
-def rank_main(config: dict[str, Any], out: Path) -> None:
+def rank_main(message: WorkerMessage, out: Path) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    cfg = config_from_dict(config["run"])
-    backend = config["backend"]
+    cfg = message.run
+    backend = message.comm_backend or "gloo"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    timeout = _dt.timedelta(seconds=float(config.get("pg_timeout_s", 1800)))
+    timeout = _dt.timedelta(seconds=PG_TIMEOUT_S)
     if backend == "nccl":
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", timeout=timeout, device_id=torch.device(device))
     else:
         device = "cpu"
-        torch.set_num_threads(int(config.get("threads", 1)))
+        torch.set_num_threads(message.threads or 1)
         dist.init_process_group("gloo", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     set_cuda_flags(device)
-    plan = BatchPlan(**config["plan"])
-    rank_cfg = plan.device_config(cfg)
+    rank_cfg = message.plan.device_config(cfg)
     rank_cfg.seed = cfg.seed + rank
-    session = _resolve_builder(config.get("builder"))(rank_cfg, device)
+    session = resolve_builder(message.builder)(rank_cfg, device)
     if session.model is None:
         raise SystemExit(
             f"{cfg.workload} optimises an input, not a model: DDP does not apply; use `gpulab sweep` instead"
@@ -108,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    rank_main(json.loads(args.config.read_text()), args.out)
+    rank_main(WorkerMessage.read(args.config), args.out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ the runs on each GPU, averaged per GPU, added over the GPUs; with one run per GP
 wall clock of the whole sweep including process start. The first run on every GPU waits for the others after
 its warm-up, so the timed loops overlap (params.overlap_s says by how much). Without GPUs, `gpus` counts CPU
 processes (each with `threads` threads).
+
+The sweep names no framework: the framework's backend (gpulab.launch.backends) checks the config, counts the
+GPUs, says how a process is pinned to one, and names the worker module each run starts.
 """
 
 from __future__ import annotations
@@ -34,17 +37,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.launch.common import (
-    check_config,
-    config_to_dict,
-    gpu_uuid,
-    jsonable,
-    nvml_indices,
-    plan_batch,
-    visible_gpus,
-)
-from gpulab.report.model import Result, result_from_dict
+from gpulab.launch import backends
+from gpulab.launch.common import jsonable, plan_batch
+from gpulab.launch.peers import mark_gone
+from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.report.model import Result
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 
@@ -82,7 +81,7 @@ def _sweep_run(
     peers: int,
     work_dir: str,
     timeout_s: float,
-    worker: str = "gpulab.launch.sweep_worker",
+    worker: str,
 ) -> dict[str, Any]:
     """psweep's per-pset function (runs in a pool worker): start one run pinned to a free device, wait for it.
 
@@ -118,15 +117,14 @@ def _sweep_run(
         ended = time.time()
     facts = {"slot": slot, "device": label, "visible": visible, "started": started, "ended": ended}
     if failure is not None:
-        ready.mkdir(parents=True, exist_ok=True)
-        (ready / f"{pset['run_index']}.gone").touch()  # peers waiting to start together stop waiting for it
+        mark_gone(ready, pset["run_index"])  # peers waiting to start together stop waiting for it
         return {**facts, "failure": failure, "samples_per_s": None, "timed_seconds": None, "result_file": None}
-    data = json.loads(out.read_text())
+    result = TimedResult.read(out).result
     return {
         **facts,
         "failure": None,
-        "samples_per_s": data["value"],
-        "timed_seconds": data["seconds"],
+        "samples_per_s": result.value,
+        "timed_seconds": result.seconds,
         "result_file": str(out),
     }
 
@@ -148,19 +146,19 @@ def run_sweep(
     builder: str | None = None,
     timeout_s: float = 3600.0,
     telemetry: bool = True,
-    framework: str = "torch",
+    framework: str = names.DEFAULT_FRAMEWORK,
 ) -> Result:
     """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:0..gpus-1.
 
-    Each GPU runs its share of the runs one after another; the first run on every GPU starts together.
-    framework "tensorflow" runs each one with gpulab.launch.tf_worker (TensorFlow, memory growth on) instead.
+    Each GPU runs its share of the runs one after another; the first run on every GPU starts together. Each run
+    is the `framework` backend's sweep worker, pinned to its GPU the way that backend says.
     """
     import psweep
 
-    if framework not in ("torch", "tensorflow"):
-        raise GpulabError(f"unknown framework {framework!r}; choose torch or tensorflow")
-    tensorflow = framework == "tensorflow"
-    check_config(cfg, "tensorflow" if tensorflow else builder)
+    backend = backends.get(framework)
+    if builder is not None and not backend.takes_builder:
+        raise GpulabError(f"--builder builds torch workloads; {framework} takes none: drop --builder")
+    backend.check(cfg, builder)
     runs = runs or gpus
     if gpus < 1 or runs < 1:
         raise GpulabError(f"a sweep needs at least one GPU and one run, got --gpus {gpus} --runs {runs}")
@@ -168,12 +166,7 @@ def run_sweep(
         raise GpulabError(f"--runs {runs} leaves GPUs idle; pass --runs {gpus} or more (or fewer --gpus)")
     if runs % gpus:
         raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
-    if tensorflow:
-        from gpulab.launch.tf_launch import tf_gpu_count
-
-        visible = tf_gpu_count()
-    else:
-        visible = visible_gpus()
+    visible = backend.count_devices()
     on_gpu = visible > 0
     if on_gpu and gpus > visible:
         raise GpulabError(f"asked for {gpus} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
@@ -186,33 +179,24 @@ def run_sweep(
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     _check_database(sweep_dir)
-    uuid = (lambda k: None) if tensorflow else gpu_uuid  # torch names the UUIDs; for TensorFlow, the ordinals
-    slots = [(f"cuda:{k}", uuid(k) or str(k)) for k in ordinals] or [("cpu", "")] * gpus
-    psets = []
-    for i in range(runs):
-        config = {
-            "run": config_to_dict(cfg),
-            "plan": plan.to_dict(),
-            "builder": builder,
-            "gpu": on_gpu,
+    slots = [(f"cuda:{k}", backend.pin(k)) for k in ordinals] or [("cpu", "")] * gpus
+    message = WorkerMessage(
+        cfg, plan, "sweep", builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
+    )
+    config = json.dumps(message.to_dict())
+    psets = [
+        {
+            "run_index": i,
+            "workload": cfg.workload,
+            "precision": cfg.precision,
+            "size": cfg.size,
+            "batch": plan.per_device,
             "threads": threads,
-            "start_timeout_s": timeout_s,
+            "config": config,
         }
-        if tensorflow:
-            config["mode"] = "sweep"
-        psets.append(
-            {
-                "run_index": i,
-                "workload": cfg.workload,
-                "precision": cfg.precision,
-                "size": cfg.size,
-                "batch": plan.per_device,
-                "threads": threads,
-                "config": json.dumps(config),
-            }
-        )
-    indices = nvml_indices(ordinals) if ordinals and not tensorflow else ordinals
-    sampler = Sampler(indices) if telemetry and ordinals else None
+        for i in range(runs)
+    ]
+    sampler = Sampler(backend.nvml_indices(ordinals)) if telemetry and ordinals else None
     with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
         func = functools.partial(
             _sweep_run,
@@ -220,7 +204,7 @@ def run_sweep(
             peers=min(runs, gpus),
             work_dir=work_dir,
             timeout_s=float(timeout_s),
-            worker="gpulab.launch.tf_worker" if tensorflow else "gpulab.launch.sweep_worker",
+            worker=backend.sweep_worker,
         )
         start = time.perf_counter()
         if sampler is not None:
@@ -245,7 +229,7 @@ def run_sweep(
             f"{len(failed)} of {runs} sweep runs failed ({shown}); their logs are under {sweep_dir}/<pset id>/log.txt "
             f"and the psweep database {sweep_dir / DATABASE} (run id {run_id}) records them"
         )
-    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, framework)
+    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, backend.name)
 
 
 def _check_database(sweep_dir: Path) -> None:
@@ -282,18 +266,17 @@ def _sweep_result(
     sweep_dir: Path,
     run_id: str,
     sampler: Sampler | None,
-    framework: str = "torch",
+    framework: str,
 ) -> Result:
     per_run: list[dict[str, Any]] = []
     results: list[Result] = []
     starts, ends = [], []
     by_slot: dict[int, list[float]] = {}
     for _, row in rows.iterrows():
-        data = json.loads(Path(row["result_file"]).read_text())
-        wall_start, wall_end = data.pop("wall_start"), data.pop("wall_end")
+        timed = TimedResult.read(Path(row["result_file"]))
+        wall_start, wall_end, result = timed.wall_start, timed.wall_end, timed.result
         starts.append(wall_start)
         ends.append(wall_end)
-        result = result_from_dict(data)
         results.append(result)
         by_slot.setdefault(int(row["slot"]), []).append(result.value)
         per_run.append(

@@ -1,60 +1,40 @@
-"""One run of a sweep: the workload on the one device this process sees, result written as JSON.
+"""One torch run of a sweep: the workload on the one device this process sees, result written as JSON.
 
     CUDA_VISIBLE_DEVICES=GPU-<uuid> python -m gpulab.launch.sweep_worker --config run.json --out result.json \\
         --index 0 --runs 4 --ready-dir DIR --device-label cuda:2
 
-After its warm-up every run touches DIR/<index> and waits (up to run.json's "start_timeout_s") until `runs` runs
-have, so the first runs on all GPUs overlap as they would in a real multi-GPU job (later runs find them there).
+run.json is a gpulab.launch.spec.WorkerMessage. After its warm-up every run touches DIR/<index> and waits (up to
+the message's start_timeout_s) until `runs` runs have, so the first runs on all GPUs overlap as they would in a
+real multi-GPU job (later runs find them there).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import (
-    BatchPlan,
-    config_from_dict,
-    make_result,
-    result_to_dict,
-    run_params,
-    write_json_atomic,
-)
+from gpulab.launch.common import make_result, run_params
 from gpulab.launch.local import run_session, torch_threads
+from gpulab.launch.peers import wait_for_peers
+from gpulab.launch.spec import TimedResult, WorkerMessage
 
 
-def wait_for_peers(ready_dir: Path, index: int, runs: int, timeout_s: float) -> bool:
-    """Announce this run as ready and wait for the others; False when they did not all come in time."""
-    ready_dir.mkdir(parents=True, exist_ok=True)
-    (ready_dir / str(index)).touch()
-    deadline = time.monotonic() + timeout_s
-    # A run that failed before it got ready leaves "<index>.gone" (see sweep._sweep_run): count it as arrived.
-    while len({entry.name.split(".")[0] for entry in ready_dir.iterdir()}) < runs:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
-def run_one(config: dict[str, Any], out: Path, index: int, runs: int, ready_dir: Path, label: str | None) -> None:
+def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir: Path, label: str | None) -> None:
     import torch
 
-    cfg = config_from_dict(config["run"])
-    plan = BatchPlan(**config["plan"])
-    device = "cuda:0" if config.get("gpu") else "cpu"
+    cfg, plan = message.run, message.plan
+    device = "cuda:0" if message.gpu else "cpu"
     label = label or device  # the device as the sweep's parent names it (cuda:K; this process sees it as cuda:0)
     if device.startswith("cuda"):
         torch.cuda.set_device(0)
     in_step = {"together": True}
 
     def barrier() -> None:
-        in_step["together"] = wait_for_peers(ready_dir, index, runs, float(config.get("start_timeout_s", 600)))
+        in_step["together"] = wait_for_peers(ready_dir, index, runs, message.start_timeout_s)
 
-    with torch_threads(None if device.startswith("cuda") else int(config.get("threads", 1))) as threads:
-        session, timing, finish = run_session(cfg, device, plan, builder=config.get("builder"), before_timed=barrier)
+    with torch_threads(None if device.startswith("cuda") else message.threads or 1) as threads:
+        session, timing, finish = run_session(cfg, device, plan, builder=message.builder, before_timed=barrier)
     extra: dict[str, Any] = {"threads": threads, "run_index": index, "started_together": in_step["together"]}
     if device.startswith("cuda"):
         extra["max_memory_allocated_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
@@ -71,9 +51,7 @@ def run_one(config: dict[str, Any], out: Path, index: int, runs: int, ready_dir:
         device=label,
         params=run_params(cfg, plan, session.info, finish, timing, **extra),
     )
-    payload = result_to_dict(result)
-    payload["wall_start"], payload["wall_end"] = timing.wall_start, timing.wall_end
-    write_json_atomic(out, payload)
+    TimedResult(result, timing.wall_start, timing.wall_end).write(out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-dir", type=Path, required=True)
     parser.add_argument("--device-label", help="the device's name in the sweep (cuda:K)")
     args = parser.parse_args(argv)
-    run_one(json.loads(args.config.read_text()), args.out, args.index, args.runs, args.ready_dir, args.device_label)
+    run_one(WorkerMessage.read(args.config), args.out, args.index, args.runs, args.ready_dir, args.device_label)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ timed, and the Result (framework "tensorflow") is written as JSON with the timed
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
 import os
 import sys
@@ -20,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
-from gpulab.launch.common import BatchPlan, config_from_dict, jsonable, loss_value, make_result, write_json_atomic
+from gpulab.launch.common import jsonable, loss_value, make_result
+from gpulab.launch.peers import wait_for_peers
+from gpulab.launch.spec import TimedResult, WorkerMessage
 
 
 def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> tuple[Any, list[str]]:
@@ -53,23 +53,15 @@ def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> 
     return tf.distribute.OneDeviceStrategy("/gpu:0"), ["cuda:0"]
 
 
-def wait_for_peers(ready_dir: Path, index: int, runs: int, timeout_s: float) -> bool:
-    from gpulab.launch.sweep_worker import wait_for_peers as wait
-
-    return wait(ready_dir, index, runs, timeout_s)
-
-
-def run(config: dict[str, Any], out: Path, index: int = 0, runs: int = 1, ready_dir: Path | None = None) -> None:
-    mode = str(config.get("mode") or "sweep")
-    plan = BatchPlan(**config["plan"])
-    threads = config.get("threads")
+def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_dir: Path | None = None) -> None:
+    mode, plan, threads = message.mode, message.plan, message.threads
     replicas = plan.devices if mode == "mirrored" else 1
-    strategy, devices = configure(mode, replicas, threads, int(config.get("gpu_index") or 0))
+    strategy, devices = configure(mode, replicas, threads, message.gpu_index)
     import tensorflow as tf
 
     from gpulab.workloads.tf import build
 
-    cfg = config_from_dict(config["run"])
+    cfg = message.run
     session = build(plan.device_config(cfg), strategy)
     together = True
     loss = None
@@ -78,7 +70,7 @@ def run(config: dict[str, Any], out: Path, index: int = 0, runs: int = 1, ready_
     if loss is not None:
         loss_value(loss)  # wait for the warm-up to finish
     if ready_dir is not None:
-        together = wait_for_peers(ready_dir, index, runs, float(config.get("start_timeout_s", 600)))
+        together = wait_for_peers(ready_dir, index, runs, message.start_timeout_s)
     wall_start = time.time()
     start = time.perf_counter()
     steps = int(session.steps)
@@ -110,7 +102,7 @@ def run(config: dict[str, Any], out: Path, index: int = 0, runs: int = 1, ready_
         params["max_memory_allocated_mib"] = [
             round(tf.config.experimental.get_memory_info(f"GPU:{k}")["peak"] / 2**20, 1) for k in range(len(devices))
         ]
-    label = config.get("device_label") or devices[0]
+    label = message.device_label or devices[0]
     result = make_result(
         cfg,
         launcher=mode,
@@ -122,11 +114,9 @@ def run(config: dict[str, Any], out: Path, index: int = 0, runs: int = 1, ready_
         devices=[label] if mode != "mirrored" else devices,
         device=None if mode == "mirrored" else label,
         params=jsonable(params),
+        framework="tensorflow",
     )
-    result = dataclasses.replace(result, framework="tensorflow")
-    payload = dataclasses.asdict(result)
-    payload["wall_start"], payload["wall_end"] = wall_start, wall_end
-    write_json_atomic(out, payload)
+    TimedResult(result, wall_start, wall_end).write(out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,11 +128,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-dir", type=Path)
     parser.add_argument("--device-label", help="the device's name in the sweep (cuda:K)")
     args = parser.parse_args(argv)
-    config = json.loads(args.config.read_text())
+    message = WorkerMessage.read(args.config)
     if args.device_label:
-        config["device_label"] = args.device_label
+        message.device_label = args.device_label
     try:
-        run(config, args.out, args.index, args.runs, args.ready_dir)
+        run(message, args.out, args.index, args.runs, args.ready_dir)
     except GpulabError as err:  # the parent passes this line on as it is: a bad input, not a crash
         print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
         sys.exit(2)

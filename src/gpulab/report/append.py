@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.names import RUN_REPORT_TIER
 from gpulab.report.io import load_report, write_report
 from gpulab.report.model import Report, Result, Scaling
 from gpulab.report.scaling import scaling, speedups
@@ -91,7 +92,11 @@ def append_results(
     path = Path(path)
     with report_lock(path):
         # Read under the lock: a report another process wrote while this one waited is appended to.
-        report = load_report(path) if path.exists() else Report(fingerprint=fingerprint(), tier="run", command=command)
+        report = (
+            load_report(path)
+            if path.exists()
+            else Report(fingerprint=fingerprint(), tier=RUN_REPORT_TIER, command=command)
+        )
         merge_results(report, results)
         write_report(report, path)
     return report

@@ -1,18 +1,21 @@
-"""One-GPU baseline rows for validate/: measured the first time a test asks, recorded in the report once.
+"""Rows several validate/ tests judge: measured the first time a test asks, recorded in the report once.
 
-The speedup rows (one GPU over the CPU) and the scaling rows (N GPUs over one) need the same one-GPU row. Each
-test asks the `one_gpu_baseline` fixture for it with the run's config and framework, so a test finds its baseline
-whatever ran before it (alone, `-k`, another order), and a row already measured is never measured again.
+The speedup rows (one GPU over the CPU) need the CPU rows and the one-GPU row; the scaling rows (N GPUs over one)
+need the same one-GPU row; "GPUs perform alike" needs every GPU's matmul row. Each test asks a fixture for the rows
+it judges, so it finds them whatever ran before it (alone, `-k`, another order), and a row already measured is
+never measured again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Hashable
 from dataclasses import asdict
 
 import pytest
 
+from gpulab.launch.spec import Launch
 from gpulab.report.model import Result
 from gpulab.validation.session import Lab
 from gpulab.workloads.base import RunConfig
@@ -26,37 +29,74 @@ def baseline_key(cfg: RunConfig, framework: str) -> BaselineKey:
     return framework, json.dumps(asdict(cfg), sort_keys=True, default=str)
 
 
+def start(launch: Launch) -> Result:
+    from gpulab.launch.dispatch import start as dispatch  # the frameworks load only when a row is measured
+
+    return dispatch(launch)
+
+
 def measure_on_first_gpu(cfg: RunConfig, framework: str) -> Result:
     """The run on the first selected GPU (cuda:0), by the framework's one-GPU launcher."""
-    if framework == "tensorflow":
-        from gpulab.launch.tf_launch import run_tf_gpu
-
-        return run_tf_gpu(cfg, 0)
-    from gpulab.launch import run_gpu  # torch loads only when a baseline is measured
-
-    return run_gpu(cfg, 0)
+    return start(Launch(cfg, framework=framework, launcher="gpu", index=0))
 
 
-class OneGpuBaselines:
-    """The one-GPU row per (framework, config) for one validation run: `baselines(cfg, framework)`."""
+class MeasuredRows:
+    """Rows measured once per validation run, by key; a failed measurement raises and is not kept."""
 
-    def __init__(self, lab: Lab, measure: Measure = measure_on_first_gpu) -> None:
+    def __init__(self, lab: Lab) -> None:
         self.lab = lab
-        self.measure = measure
-        self.rows: dict[BaselineKey, Result] = {}
+        self.rows: dict[Hashable, Result] = {}
 
-    def __call__(self, cfg: RunConfig, framework: str = "torch") -> Result:
-        key = baseline_key(cfg, framework)
+    def get(self, key: Hashable, measure: Callable[[], Result]) -> Result:
         row = self.rows.get(key)
         if row is None:
-            # A failed measurement raises and is not kept: the test that asked fails with its error.
-            row = self.measure(cfg, framework)
+            row = measure()
             self.lab.record_result(row)
             self.rows[key] = row
         return row
 
 
+class OneGpuBaselines:
+    """The one-GPU row per (framework, config) for one validation run: `baselines(cfg, framework)`."""
+
+    def __init__(self, lab: Lab, measure: Measure = measure_on_first_gpu, rows: MeasuredRows | None = None) -> None:
+        self.measure = measure
+        self.rows = rows or MeasuredRows(lab)
+
+    def __call__(self, cfg: RunConfig, framework: str = "torch") -> Result:
+        return self.rows.get(("gpu", *baseline_key(cfg, framework)), lambda: self.measure(cfg, framework))
+
+
+class CpuRows:
+    """The CPU rows of a config: one thread and all threads (`rows(cfg, framework)` -> [one, all])."""
+
+    def __init__(self, rows: MeasuredRows) -> None:
+        self.rows = rows
+
+    def __call__(self, cfg: RunConfig, framework: str = "torch", threads: int | None = None) -> list[Result]:
+        counts = [threads] if threads is not None else sorted({1, os.cpu_count() or 1})
+        return [
+            self.rows.get(
+                ("cpu", n, *baseline_key(cfg, framework)),
+                lambda n=n: start(Launch(cfg, framework=framework, launcher="cpu", threads=n)),
+            )
+            for n in counts
+        ]
+
+
 @pytest.fixture(scope="session")
-def one_gpu_baseline(lab: Lab) -> OneGpuBaselines:
+def measured_rows(lab: Lab) -> MeasuredRows:
+    """Every shared row of this validation run, by key."""
+    return MeasuredRows(lab)
+
+
+@pytest.fixture(scope="session")
+def one_gpu_baseline(lab: Lab, measured_rows: MeasuredRows) -> OneGpuBaselines:
     """The one-GPU row for a run config and framework, measured on first use and recorded in the report once."""
-    return OneGpuBaselines(lab)
+    return OneGpuBaselines(lab, rows=measured_rows)
+
+
+@pytest.fixture(scope="session")
+def cpu_rows(measured_rows: MeasuredRows) -> CpuRows:
+    """The CPU rows (one thread, all threads) for a run config and framework, measured on first use."""
+    return CpuRows(measured_rows)

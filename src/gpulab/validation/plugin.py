@@ -23,7 +23,11 @@ from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
 from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
 from gpulab.report.model import Check, Status
-from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline  # a fixture for validate/
+
+# fixtures for validate/: rows several tests judge, measured once
+from gpulab.validation.baselines import cpu_rows as cpu_rows
+from gpulab.validation.baselines import measured_rows as measured_rows
+from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
 
 LAB_KEY = pytest.StashKey[Lab]()

@@ -12,6 +12,7 @@ from typing import Any
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
+from gpulab.hw import cuda_visible
 from gpulab.hw.model import Fingerprint, GpuInfo
 from gpulab.probes import judge
 from gpulab.report.model import Check, Report, Result
@@ -96,12 +97,11 @@ def select_gpus(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
 
 def visible_to_cuda(gpus: list[GpuInfo], env_value: str | None) -> list[GpuInfo]:
     """The GPUs a CUDA_VISIBLE_DEVICES value leaves visible (indices in PCI bus order, or UUIDs), in its order."""
-    if env_value is None:
+    listed = cuda_visible.entries(env_value, from_env=False)
+    if listed is None:
         return list(gpus)
     out = []
-    for entry in (e.strip() for e in env_value.split(",")):
-        if not entry:
-            continue
+    for entry in listed:
         match = next((g for g in gpus if g.uuid == entry or (entry.isdigit() and g.index == int(entry))), None)
         if match is None:  # CUDA stops at the first entry it cannot resolve
             break
@@ -161,10 +161,14 @@ class Lab:
             if i != j and i < len(topo) and j < len(topo[i])
         )
 
+    def expectation_for(self, result: Result) -> judge.Expectation | None:
+        """The spec figure and bound `result` is judged against on the GPU it ran on, if any."""
+        gpu = self.gpu_for(result.device or (result.devices[0] if result.devices else None))
+        return judge.expectation(result, gpu, self.spec(gpu), nvlink=self.nvlink)
+
     def record_result(self, result: Result) -> judge.Expectation | None:
         """Add a measurement to the report with its spec figure; returns the bound it must meet, if any."""
-        gpu = self.gpu_for(result.device or (result.devices[0] if result.devices else None))
-        exp = judge.expectation(result, gpu, self.spec(gpu), nvlink=self.nvlink)
+        exp = self.expectation_for(result)
         if exp is not None:
             result.spec_value = round(exp.spec_value, 3)
             result.pct_of_spec = round(100 * result.value / exp.spec_value, 2)

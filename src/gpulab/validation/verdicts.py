@@ -18,17 +18,15 @@ def cpu_row(result: Result) -> Check:
     )
 
 
-def gpu_over_cpu(lab: Lab, gpu: Result) -> Check:
-    """One GPU against all CPU threads for the same workload and framework (rows already in the report)."""
-    cpu = [
-        r for r in lab.report.results if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, "cpu")
-    ]
+def gpu_over_cpu(lab: Lab, gpu: Result, cpu_rows: list[Result]) -> Check:
+    """One GPU against all CPU threads for the same workload and framework (the CPU rows of that run)."""
+    cpu = [r for r in cpu_rows if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, "cpu")]
     # The CPU rows of the GPU's own precision when there are some, else the fp32 ones (as report/scaling.py pairs them).
     cpu = [r for r in cpu if r.precision == gpu.precision] or [r for r in cpu if r.precision == "fp32"]
     best = max(cpu, key=lambda r: r.n, default=None)
     name = f"speedup.gpu_over_cpu[{gpu.framework},{gpu.workload}]"
     if best is None or best.value <= 0:
-        return Check(name, "skip", "no CPU row to compare with (run the whole file)")
+        return Check(name, "skip", "no CPU row to compare with")
     ratio = gpu.value / best.value
     bound = lab.report.add_threshold(MIN_GPU_OVER_ALL_CPU)
     one = next((r for r in cpu if r.n == 1), None)

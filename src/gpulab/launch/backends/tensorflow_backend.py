@@ -1,0 +1,51 @@
+"""TensorFlow: every run in a fresh `gpulab.launch.tf_worker` process; sweep runs pinned by CUDA ordinal."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from gpulab.launch.backends import Backend
+
+if TYPE_CHECKING:
+    from gpulab.launch.spec import Launch
+    from gpulab.report.model import Result
+    from gpulab.workloads.base import RunConfig
+
+
+class TensorflowBackend(Backend):
+    name = "tensorflow"
+    launchers = ("cpu", "gpu", "mirrored")
+    sweep_worker = "gpulab.launch.tf_worker"
+    # TensorFlow is not imported in the parent (it would claim GPU memory there), so GPUs are named by ordinal.
+
+    def check(self, cfg: RunConfig, builder: str | None) -> None:
+        from gpulab.launch.tf_launch import check_tf_config
+
+        check_tf_config(cfg)
+
+    def count_devices(self) -> int:
+        from gpulab.launch.tf_launch import tf_gpu_count
+
+        return tf_gpu_count()
+
+    def run(self, launch: Launch) -> Result:
+        from gpulab.launch import tf_launch
+
+        cfg = launch.cfg
+        if launch.launcher == "cpu":
+            return tf_launch.run_tf_cpu(cfg, launch.threads or os.cpu_count() or 1, timeout_s=launch.timeout_s)
+        if launch.launcher == "gpu":
+            return tf_launch.run_tf_gpu(cfg, launch.index, telemetry=launch.telemetry, timeout_s=launch.timeout_s)
+        return tf_launch.run_mirrored(
+            cfg,
+            launch.gpus,
+            launch.batch_policy,
+            launch.scale_lr,
+            telemetry=launch.telemetry,
+            threads=launch.threads,
+            timeout_s=launch.timeout_s,
+        )
+
+
+BACKEND = TensorflowBackend()

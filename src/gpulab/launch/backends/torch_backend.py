@@ -1,0 +1,97 @@
+"""PyTorch: in-process cpu/gpu/DataParallel runs, DDP through torchrun, sweep runs pinned by GPU UUID."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpulab.launch.backends import Backend
+
+if TYPE_CHECKING:
+    from gpulab.launch.spec import Launch
+    from gpulab.report.model import Result
+    from gpulab.workloads.base import RunConfig
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    launchers = ("cpu", "gpu", "ddp", "dataparallel")
+    sweep_worker = "gpulab.launch.sweep_worker"
+    takes_builder = True
+    pins_by_uuid = True  # torch tells each GPU's UUID; a UUID pins the same GPU whatever the parent's numbering
+
+    def prepare(self) -> None:
+        """Import torch with Ctrl-C held back until the import is done.
+
+        A KeyboardInterrupt raised while torch's C++ extensions initialise escapes as a C++ exception and aborts
+        the process (SIGABRT and a "terminate called" message) instead of ending it with one line.
+        """
+        import signal
+
+        pending: list[int] = []
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+        try:
+            import torch  # noqa: F401
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
+
+    def check(self, cfg: RunConfig, builder: str | None) -> None:
+        from gpulab.launch.common import check_config
+
+        check_config(cfg, builder)
+
+    def count_devices(self) -> int:
+        from gpulab.launch.common import visible_gpus
+
+        return visible_gpus()
+
+    def gpu_uuid(self, ordinal: int) -> str | None:
+        from gpulab.launch.common import gpu_uuid
+
+        return gpu_uuid(ordinal)
+
+    def nvml_indices(self, ordinals: Sequence[int]) -> list[int]:
+        from gpulab.launch.common import nvml_indices
+
+        return nvml_indices(ordinals)
+
+    def run(self, launch: Launch) -> Result:
+        from gpulab.launch import ddp, local
+
+        cfg, builder = launch.cfg, launch.builder
+        if launch.launcher == "cpu":
+            return local.run_cpu(cfg, launch.threads or _all_threads(), builder=builder)
+        if launch.launcher == "gpu":
+            return local.run_gpu(cfg, launch.index, builder=builder, telemetry=launch.telemetry)
+        if launch.launcher == "ddp":
+            return ddp.run_ddp(
+                cfg,
+                launch.gpus,
+                batch_policy=launch.batch_policy,
+                scale_lr=launch.scale_lr,
+                backend=launch.comm_backend,
+                threads=launch.threads or 1,
+                builder=builder,
+                timeout_s=launch.timeout_s,
+                telemetry=launch.telemetry,
+            )
+        return local.run_dataparallel(
+            cfg,
+            launch.gpus,
+            batch_policy=launch.batch_policy,
+            scale_lr=launch.scale_lr,
+            builder=builder,
+            telemetry=launch.telemetry,
+        )
+
+
+def _all_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads()) or os.cpu_count() or 1
+
+
+BACKEND = TorchBackend()

@@ -1,0 +1,62 @@
+"""From a `Launch` to a Result: the framework's backend runs it, or the sweep runs it on the backend's workers."""
+
+from __future__ import annotations
+
+from gpulab import names
+from gpulab.errors import GpulabError
+from gpulab.launch import backends
+from gpulab.launch.spec import Launch
+from gpulab.report.model import Result
+
+
+def check_launch(launch: Launch) -> backends.Backend:
+    """The backend for `launch`, once the launcher and the batch options make sense for it."""
+    backend = backends.get(launch.framework)
+    if launch.builder is not None and not backend.takes_builder:
+        raise GpulabError(f"--builder builds torch workloads; {backend.name} takes none: drop --builder")
+    if launch.launcher == "sweep":
+        return backend
+    if launch.launcher not in backend.launchers:
+        offered = [f for f in backends.available() if launch.launcher in _launchers(f)]
+        hint = f" (--launcher {launch.launcher} is offered by --framework {' or '.join(offered)})" if offered else ""
+        raise GpulabError(
+            f"--framework {backend.name} runs --launcher {', '.join(backend.launchers)}, not {launch.launcher}{hint}"
+        )
+    if launch.launcher in names.ONE_DEVICE_LAUNCHERS:
+        if launch.batch_policy != "per_device" or launch.scale_lr:
+            raise GpulabError(
+                f"--batch-policy/--scale-lr split a batch over devices; --launcher {launch.launcher} has one"
+            )
+        if launch.gpus != 1:
+            raise GpulabError(f"--launcher {launch.launcher} runs on one device; drop --gpus or use --launcher ddp")
+    return backend
+
+
+def _launchers(framework: str) -> tuple[str, ...]:
+    try:
+        return backends.get(framework).launchers
+    except GpulabError:
+        return ()
+
+
+def start(launch: Launch) -> Result:
+    backend = check_launch(launch)
+    if launch.launcher != "sweep":
+        return backend.run(launch)
+    from gpulab.launch.sweep import run_sweep
+
+    if launch.sweep_dir is None:
+        raise GpulabError("a sweep needs --sweep-dir DIR for its psweep database")
+    return run_sweep(
+        launch.cfg,
+        launch.gpus,
+        launch.sweep_dir,
+        runs=launch.runs,
+        batch_policy=launch.batch_policy,
+        scale_lr=launch.scale_lr,
+        threads=launch.threads or 1,
+        builder=launch.builder,
+        timeout_s=launch.timeout_s,
+        telemetry=launch.telemetry,
+        framework=backend.name,
+    )
