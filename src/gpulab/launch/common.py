@@ -325,9 +325,22 @@ def run_params(
     timing: LoopTiming,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Result.params: the workload's info and finish facts, then how it was launched."""
+    """Result.params of a torch run: launch_params with torch's version."""
     import torch
 
+    return launch_params(cfg, plan, info, finish, timing.loss, timing.loss_finite, torch=torch.__version__, **extra)
+
+
+def launch_params(
+    cfg: RunConfig,
+    plan: BatchPlan,
+    info: Mapping[str, Any],
+    finish: Mapping[str, Any],
+    loss: float | None,
+    loss_finite: bool | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Result.params: the workload's info and finish facts, then how it was launched (any framework)."""
     params: dict[str, Any] = {**info, **finish}
     params.update(plan.params())
     params.update(
@@ -337,9 +350,8 @@ def run_params(
         seed=cfg.seed,
         data=str(cfg.data) if cfg.data is not None else None,
         workload_params=dict(cfg.params),
-        final_loss=timing.loss,
-        loss_finite=timing.loss_finite,
-        torch=torch.__version__,
+        final_loss=loss,
+        loss_finite=loss_finite,
     )
     params.update(extra)
     return jsonable(params)

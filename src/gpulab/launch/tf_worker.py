@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
-from gpulab.launch.common import jsonable, loss_value, make_result
+from gpulab.launch.common import jsonable, launch_params, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
 
@@ -83,18 +83,9 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     per_replica = int(session.samples_per_step) // replicas
     plan = plan.resolved(per_replica)
     finite = math.isfinite(value) if value is not None else None
-    params: dict[str, Any] = {**session.info, **finish, **plan.params()}
-    params.update(
-        size=cfg.size,
-        channels_last=cfg.channels_last,
-        warmup=cfg.warmup,
-        seed=cfg.seed,
-        data=str(cfg.data) if cfg.data is not None else None,
-        workload_params=dict(cfg.params),
-        final_loss=value if finite else None,
-        loss_finite=finite,
-        tensorflow=tf.__version__,
-        threads=threads,
+    final_loss = value if finite else None
+    params = launch_params(
+        cfg, plan, session.info, finish, final_loss, finite, tensorflow=tf.__version__, threads=threads
     )
     if mode == "sweep":
         params.update(run_index=index, started_together=together)

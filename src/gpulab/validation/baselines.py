@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable, Hashable
 from dataclasses import asdict
+from functools import partial
 
 import pytest
 
@@ -75,12 +76,10 @@ class CpuRows:
 
     def __call__(self, cfg: RunConfig, framework: str = "torch", threads: int | None = None) -> list[Result]:
         counts = [threads] if threads is not None else sorted({1, os.cpu_count() or 1})
+        launches = [Launch(cfg, framework=framework, launcher="cpu", threads=n) for n in counts]
         return [
-            self.rows.get(
-                ("cpu", n, *baseline_key(cfg, framework)),
-                lambda n=n: start(Launch(cfg, framework=framework, launcher="cpu", threads=n)),
-            )
-            for n in counts
+            self.rows.get(("cpu", launch.threads, *baseline_key(cfg, framework)), partial(start, launch))
+            for launch in launches
         ]
 
 
