@@ -114,9 +114,7 @@ def gpulab_requirements(extras: tuple[str, ...] = ()) -> list[str]:
 
 def torch_cpu_requirements() -> list[str]:
     """gpulab with its torch extra and torch's CPU build at the pinned version (what a host without a GPU gets)."""
-    if str(REPO / "collections") not in sys.path:
-        sys.path.insert(0, str(REPO / "collections"))
-    from ansible_collections.gpulab.provision.plugins.plugin_utils.frameworks import parse_pins
+    from gpulab.compat.wheels import parse_pins
 
     torch = parse_pins((REPO / "constraints.txt").read_text())["torch"]
     return [*gpulab_requirements(("torch",)), f"torch=={torch}+cpu"]

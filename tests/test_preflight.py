@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpulab.compat.resolve import Request, resolve, summary
 from playbook import REPO, ansible_env, ansible_playbook
 from provision.files import tree_state
 from provision.inventory import chroot_inventory, require_ansible
-
-sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.gpulab.provision.plugins.plugin_utils.stack import Request, resolve, summary
 
 # The frameworks' venv (dl_frameworks, in the same play) has its own tests; these runs apply the GPU stack alone.
 GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")

@@ -16,8 +16,9 @@ from playbook import REPO, ansible_playbook, snapshot_source, torch_cpu_requirem
 
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.gpulab.provision.plugins.plugin_utils import bundle, frameworks, gpulab_wheel
+from ansible_collections.gpulab.provision.plugins.plugin_utils import bundle, gpulab_wheel
 
+from gpulab.compat import wheels as frameworks
 from gpulab.errors import GpulabError
 
 CONSTRAINTS = (REPO / "constraints.txt").read_text()

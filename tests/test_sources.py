@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 
 import pytest
 import yaml
@@ -16,15 +15,8 @@ from gpulab.compat import check_stack, delivery, platforms, versions
 from gpulab.compat.check import Stack
 from gpulab.compat.data import load_matrix
 from gpulab.compat.gpus import gpu_by_pci_id
+from gpulab.compat.resolve import SOURCE_VARS, Request, resolve
 from playbook import REPO
-
-sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.gpulab.provision.plugins.plugin_utils.stack import (
-    SOURCE_VARS,
-    Request,
-    resolve,
-    supported_os,
-)
 
 GROUP_VARS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
 PINS = GROUP_VARS["cudnn_wheels"]
@@ -273,7 +265,7 @@ def test_every_source_combination_delivers_or_names_a_switch_that_does(os_name, 
 
 # -- what the sources carry, and the roles' side ----------------------------------------------------------------
 def test_the_operating_systems_the_roles_provision_come_from_the_matrix():
-    assert supported_os(platforms) == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
+    assert platforms.supported_releases() == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
     debian12 = platforms.operating_system("Debian 12")
     assert debian12 is not None and debian12.os == "debian12"
     assert [b.branch for b in platforms.archive_branches(debian12)] == ["R470", "R535"]

@@ -1,20 +1,22 @@
-"""`gpulab matrix check | plan | gpus | show`: the compatibility matrix on the command line."""
+"""`gpulab matrix check | plan | resolve | gpus | show`: the compatibility matrix on the command line."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpulab.compat import versions
+from gpulab.compat import delivery, platforms, resolve, versions
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
 from gpulab.compat.data import GpuSpec
 from gpulab.compat.delivery import profile_installable_on
-from gpulab.compat.gpus import all_gpus
+from gpulab.compat.gpus import all_gpus, normalize_pci_id, resolve_gpu
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
 from gpulab.compat.platforms import provisioned_names
 from gpulab.errors import GpulabError
@@ -39,6 +41,8 @@ def add_commands(sub: Any) -> None:
     plan.add_argument("--os", help="OS to plan for, e.g. ubuntu22.04 or debian12 (what any source carries there)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
+
+    _add_resolve(msub)
 
     gpus = msub.add_parser("gpus", help="list the GPUs the matrix knows")
     gpus.add_argument("--json", action="store_true", help="machine-readable output")
@@ -258,3 +262,177 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"{name}: {profile_description(name)}")
     return _report(stack, check_stack(stack), args.json, name.lower())
+
+
+# -- gpulab matrix resolve: the pre-flight's decision (gpulab.compat.resolve) for a host described on the command line
+_SOURCE_FLAGS = {"driver": "--driver-source", "cuda": "--cuda-source", "cudnn": "--cudnn-source"}
+# What --vars reads: the inventory variables the gpulab_preflight role passes to the stack check.
+_VARS = ("gpulab_profile", "gpulab_stack", "gpulab_secure_boot_signing", "cudnn_wheels", "cudnn_archives")
+
+
+def _add_resolve(msub: Any) -> None:
+    res = msub.add_parser(
+        "resolve",
+        help="the stack gpulab's pre-flight resolves for a host (its GPUs, OS and install sources); exit 1 refused",
+        description="What the pre-flight (gpulab.provision.stack_check) decides for a host: the newest stack the "
+        "install sources deliver for its GPUs on its OS (profile auto), or a named profile, with the overrides "
+        "applied; exit 1 listing every reason it refuses, each with its fix.",
+    )
+    res.add_argument(
+        "--gpu",
+        action="append",
+        required=True,
+        help=f"{_FLAG_HELP['gpu']}; repeat it for each GPU of the host",
+    )
+    res.add_argument("--os", required=True, help=f"the host's OS: one gpulab provisions ({_os_choices()})")
+    res.add_argument("--profile", help="auto (the default: newest stack the sources deliver), none, or a named stack")
+    for flag in ("driver", "cuda", "cudnn", "torch", "tensorflow", "python"):
+        res.add_argument(f"--{flag}", help=f"override (gpulab_stack.{flag}): {_FLAG_HELP[flag]}")
+    res.add_argument("--kernel-modules", choices=resolve.KERNEL_MODULES, help="override: open or proprietary modules")
+    res.add_argument("--host-python", help="the host's python3 (major.minor); the frameworks' unless --python")
+    for component, flag in _SOURCE_FLAGS.items():
+        res.add_argument(
+            flag,
+            choices=delivery.CHOICES[component],
+            help=f"{resolve.SOURCE_VARS[component]} (default {resolve.DEFAULT_SOURCES[component]})",
+        )
+    res.add_argument(
+        "--cudnn-wheel",
+        action="append",
+        metavar="KEY",
+        help="a key of cudnn_wheels (the pinned cuDNN wheels), e.g. 9.10-cu12; repeat for each",
+    )
+    res.add_argument(
+        "--cudnn-archive",
+        action="append",
+        metavar="KEY",
+        help="a key of cudnn_archives, e.g. 8.9-cu12.2; repeat for each",
+    )
+    res.add_argument("--secure-boot", choices=resolve.SECURE_BOOT, default="unsupported", help="the host's state")
+    res.add_argument("--secure-boot-signing", action="store_true", help="DKMS signs the modules with an enrolled key")
+    res.add_argument(
+        "--vars",
+        metavar="FILE",
+        help="an inventory vars file (inventory/group_vars/all.yml) to read "
+        + ", ".join(_VARS)
+        + " and the *_source variables from; options override it",
+    )
+    res.add_argument("--json", action="store_true", help="machine-readable output")
+    res.set_defaults(func=cmd_resolve)
+
+
+def _os_choices() -> str:
+    return ", ".join(o.os for o in platforms.provisioned())
+
+
+def _read_vars(path: str) -> dict[str, Any]:
+    """The inventory variables of --vars that the pre-flight reads; a value still holding Jinja is refused."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise GpulabError(f"--vars {path}: not valid YAML ({err}); pass an inventory vars file") from err
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise GpulabError(f"--vars {path}: not a mapping of variables; pass an inventory vars file")
+    wanted = (*_VARS, *resolve.SOURCE_VARS.values())
+    out = {k: data[k] for k in wanted if k in data}
+    for key, value in out.items():
+        if "{{" in json.dumps(value, default=str):
+            raise GpulabError(f"--vars {path}: {key} is a template; give its value with an option instead")
+    for key in ("gpulab_stack", "cudnn_wheels", "cudnn_archives"):
+        if not isinstance(out.get(key, {}), dict):
+            raise GpulabError(f"--vars {path}: {key} is not a mapping; write it as in inventory/group_vars/all.yml")
+    return out
+
+
+def _resolve_request(args: argparse.Namespace) -> resolve.Request:
+    given = _read_vars(args.vars) if args.vars else {}
+    osr = platforms.operating_system(_option("--os", args.os))
+    if osr is None:
+        raise GpulabError(
+            f"--os {args.os!r} is not an OS gpulab provisions; pass one of {_os_choices()}, e.g. --os debian12"
+        )
+    gpus = []
+    for text in args.gpu:
+        spec = resolve_gpu(_option("--gpu", text) or "")
+        pci_id = normalize_pci_id(text) or spec.pci_ids[0]
+        gpus.append({"address": None, "pci_id": pci_id})
+    name = str(args.profile if args.profile is not None else given.get("gpulab_profile", "auto"))
+    if name.strip().lower() not in ("auto", "none", *profile_names()):
+        known = ", ".join(("auto", "none", *profile_names()))
+        raise GpulabError(f"--profile {name!r} is not a profile; pass one of {known}, e.g. --profile auto")
+    stack = dict(given.get("gpulab_stack") or {})
+    for flag in ("driver", "cuda", "cudnn", "torch", "tensorflow", "python"):
+        value = _option(f"--{flag}", getattr(args, flag))
+        if value is not None:
+            stack[flag] = value
+    if args.kernel_modules:
+        stack["kernel_modules"] = args.kernel_modules
+    host_python = _option("--host-python", args.host_python, "python")
+    sources = {c: str(given.get(var, resolve.DEFAULT_SOURCES[c])) for c, var in resolve.SOURCE_VARS.items()}
+    for component, flag in _SOURCE_FLAGS.items():
+        chosen = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if chosen:
+            sources[component] = chosen
+    wheels = dict(given.get("cudnn_wheels") or {}) | {key: {} for key in args.cudnn_wheel or []}
+    archives = dict(given.get("cudnn_archives") or {}) | {key: {} for key in args.cudnn_archive or []}
+    return resolve.Request(
+        gpus=gpus,
+        profile=name,
+        stack=stack,
+        host_python=host_python,
+        distribution=osr.family.capitalize(),
+        distribution_version=osr.release,
+        secure_boot=args.secure_boot,
+        secure_boot_signing=bool(args.secure_boot_signing or given.get("gpulab_secure_boot_signing")),
+        sources=sources,
+        cudnn_wheels=wheels,
+        cudnn_archives=archives,
+    )
+
+
+def _target_lines(target: resolve.TargetStack) -> list[str]:
+    gpus = ", ".join(
+        f"{g['name']} ({g['architecture']}, compute capability {g['compute_capability']})" for g in target["gpus"]
+    )
+    modules = f" ({target['kernel_modules']} kernel modules)" if target["kernel_modules"] else ""
+    cudnn = ", ".join(f"{v} for CUDA {c}" for c, v in target["cudnn_by_cuda"].items() if v)
+    torch = target["torch"] or "-"
+    if target["torch"] and target["torch_index_url"]:
+        torch += f" (wheels: {target['torch_index_url']})"
+    rows = [
+        ("gpus", gpus or "-"),
+        ("os", target["os"] or "-"),
+        ("driver", f"{target['driver']}{modules}" if target["driver"] else "-"),
+        ("cuda", ", ".join(target["cuda"]) or "-"),
+        ("cudnn", cudnn or "-"),
+        ("torch", torch),
+        ("tensorflow", target["tensorflow"] or "-"),
+        ("python", target["python"] or "-"),
+        ("sources", ", ".join(f"{c} {s}" for c, s in target["sources"].items())),
+    ]
+    return [f"  {key:<11} {value}" for key, value in rows]
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    target, problems = resolve.resolve(_resolve_request(args))
+    line = resolve.summary(target) if not problems else None
+    if args.json:
+        print(json.dumps({"ok": not problems, "summary": line, "target": target, "problems": problems}, indent=2))
+        return 1 if problems else 0
+    if not problems:
+        print(f"OK: {line}")
+        print("\n".join(_target_lines(target)))
+        return 0
+    print(f"REFUSED: {len(problems)} problem(s); the pre-flight would stop before any change")
+    for problem in problems:
+        reason, _, fix = problem.partition(" Fix: ")
+        print(f"- {reason}")
+        if fix:
+            print(f"  fix: {fix}")
+    print(
+        "note: the fixes name the inventory's variables; here --driver-source, --cuda-source, --cudnn-source, "
+        "--cudnn-wheel KEY, the stack options and --vars FILE set them"
+    )
+    return 1

@@ -136,6 +136,7 @@ class ArchivePackage:
 class OperatingSystem:
     os: str  # "debian12", "ubuntu24.04": distribution name in lower case + release
     name: str  # "Debian 12"
+    codename: str  # "bookworm": how Ansible's role metadata (galaxy_info.platforms) names the release
     family: str  # "debian" or "ubuntu"
     release: str  # "12", "24.04": the value the cuda section's debian/ubuntu lists use
     archive: str  # "Debian 12's archive (non-free)"
@@ -394,6 +395,7 @@ def _operating_system(e: _Entry) -> OperatingSystem:
     return OperatingSystem(
         os=key,
         name=e.text("name"),
+        codename=e.text("codename"),
         family=family,
         release=release,
         archive=e.text("archive"),

@@ -39,6 +39,24 @@ def provisioned() -> tuple[OperatingSystem, ...]:
     return load_matrix().operating_systems
 
 
+def supported_releases() -> dict[str, tuple[str, ...]]:
+    """{"Debian": ("11", "12"), "Ubuntu": (...)}: the operating systems gpulab provisions, oldest release first."""
+    out: dict[str, list[str]] = {}
+    for osr in provisioned():
+        out.setdefault(osr.family.capitalize(), []).append(osr.release)
+    return {family: tuple(sorted(releases, key=versions.key)) for family, releases in out.items()}
+
+
+def galaxy_platforms() -> list[dict[str, object]]:
+    """The same operating systems as Ansible role metadata lists them (galaxy_info.platforms): Debian and Ubuntu by
+    their codenames, oldest first. The roles' meta/main.yml must list exactly these."""
+    by_release = {(o.family.capitalize(), o.release): o.codename for o in provisioned()}
+    return [
+        {"name": family, "versions": [by_release[(family, release)] for release in releases]}
+        for family, releases in supported_releases().items()
+    ]
+
+
 def operating_system(text: str | None) -> OperatingSystem | None:
     key = os_key(text)
     return next((o for o in provisioned() if o.os == key), None)

@@ -1,7 +1,7 @@
 """Which framework wheels a node gets: the compatibility matrix applied to the node's GPUs, driver and Python.
 
-Controller-side code shared by the `framework_bundle` action: it imports gpulab.compat (the single source of
-versions) and turns its answers into pip requirement lines. The matrix names releases (torch 2.13, build cu126);
+`plan_frameworks` turns the matrix's answers into pip requirement lines; the collection's `framework_bundle`
+action packs them with gpulab's wheel for the node. The matrix names releases (torch 2.13, build cu126);
 the exact patch comes from constraints.txt when it pins the same release, so nodes get what the project tests.
 """
 

@@ -1,6 +1,6 @@
 """Controller side of the dl_frameworks role: choose the node's framework wheels from the compatibility matrix,
 build gpulab's wheel, and pack what the node installs (requirements, constraints, wheels) into one archive.
-Documented in plugins/modules/framework_bundle.py."""
+The choice is gpulab.compat.wheels.plan_frameworks; documented in plugins/modules/framework_bundle.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpulab.provision.plugins.plugin_utils.matrix import gpulab_module
+from ansible_collections.gpulab.provision.plugins.plugin_utils import gpulab_wheel
+from ansible_collections.gpulab.provision.plugins.plugin_utils.bundle import keyed_tar
+from ansible_collections.gpulab.provision.plugins.plugin_utils.controller import gpulab_required
 
 ARGS = {
     "frameworks": {"type": "list", "elements": "str", "required": True},
@@ -44,14 +46,14 @@ class ActionModule(ActionBase):
             required_one_of=[("gpulab_source", "gpulab_wheel")],
             required_if=[("plan_only", False, ("stage", "cache_dir"))],
         )
-        gpulab_module("compat")  # makes gpulab importable (from the checkout when Ansible's Python lacks it)
-        from ansible_collections.gpulab.provision.plugins.plugin_utils import frameworks, gpulab_wheel
-        from ansible_collections.gpulab.provision.plugins.plugin_utils.bundle import keyed_tar
+        with gpulab_required(AnsibleActionFail):
+            from gpulab.compat.wheels import plan_frameworks, requirements_text
+            from gpulab.errors import GpulabError
 
         constraints = self._constraints(args["constraints"])
         wheels = self._wheelhouse(args["wheelhouse"])
         try:
-            plan = frameworks.plan_frameworks(
+            plan = plan_frameworks(
                 frameworks=args["frameworks"],
                 gpu_pci_ids=args["gpu_pci_ids"],
                 python=args["python"],
@@ -69,7 +71,7 @@ class ActionModule(ActionBase):
                 wheel, built = self._given_wheel(args["gpulab_wheel"]), False
             else:
                 wheel, built = gpulab_wheel.build_wheel(Path(args["gpulab_source"]), Path(args["cache_dir"]) / "wheels")
-        except (gpulab_module("errors").GpulabError, gpulab_wheel.WheelError) as err:
+        except (GpulabError, gpulab_wheel.WheelError) as err:
             raise AnsibleActionFail(f"dl_frameworks: {err}") from err
         result.update(changed=False, summary=plan.summary(), dropped_pins=plan.dropped_pins)
         if args["plan_only"]:
@@ -78,7 +80,7 @@ class ActionModule(ActionBase):
         assert wheel is not None
         version = gpulab_wheel.wheel_version(wheel)
         stage = args["stage"].rstrip("/")
-        requirements = frameworks.requirements_text(
+        requirements = requirements_text(
             plan,
             gpulab_version=version,
             find_links=f"{stage}/wheels",
@@ -98,14 +100,12 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _given_wheel(path: str | None) -> Path | None:
-        from ansible_collections.gpulab.provision.plugins.plugin_utils.gpulab_wheel import WheelError, wheel_version
-
         if not path:
             return None
         wheel = Path(path)
         if not wheel.is_file():
-            raise WheelError(f"dl_frameworks_gpulab_wheel {wheel}: no such file.")
-        wheel_version(wheel)  # named like a gpulab wheel, or the error says so
+            raise gpulab_wheel.WheelError(f"dl_frameworks_gpulab_wheel {wheel}: no such file.")
+        gpulab_wheel.wheel_version(wheel)  # named like a gpulab wheel, or the error says so
         return wheel
 
     @staticmethod

@@ -1,5 +1,5 @@
-"""Controller side of the pre-flight: resolve the stack the host's sources deliver and check it; refuse with every
-reason."""
+"""Controller side of the pre-flight: resolve the stack the host's sources deliver and check it
+(gpulab.compat.resolve); refuse with every reason."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpulab.provision.plugins.plugin_utils.stack import Request, resolve, summary
+from ansible_collections.gpulab.provision.plugins.plugin_utils.controller import gpulab_required
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "gpus": {"type": "list", "elements": "dict", "required": True},
@@ -46,13 +46,10 @@ class ActionModule(ActionBase):
         if validation.error_messages:
             raise AnsibleActionFail("; ".join(validation.error_messages))
         args = validation.validated_parameters
-        try:
-            target, problems = resolve(Request(**args))
-        except ImportError as err:
-            raise AnsibleActionFail(
-                f"cannot import gpulab on the controller ({err}): run ansible-playbook from gpulab's virtual "
-                "environment (./bootstrap.sh sets it up) or from a checkout of gpulab."
-            ) from err
+        with gpulab_required(AnsibleActionFail):
+            from gpulab.compat.resolve import Request, resolve, summary
+
+        target, problems = resolve(Request(**args))
         result["changed"] = False
         if problems:
             result["failed"] = True
@@ -61,7 +58,7 @@ class ActionModule(ActionBase):
                 + "\n".join(f"- {p}" for p in problems)
             )
             return result
-        target["summary"] = summary(target)
-        result["ansible_facts"] = {"gpulab_target_stack": target}
-        result["msg"] = target["summary"]
+        line = summary(target)
+        result["ansible_facts"] = {"gpulab_target_stack": {**target, "summary": line}}
+        result["msg"] = line
         return result

@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpulab.provision.plugins.plugin_utils.matrix import gpulab_module
+from ansible_collections.gpulab.provision.plugins.plugin_utils.controller import gpulab_required
 
 DOCUMENTATION = r"""
 name: matrix
@@ -73,7 +73,8 @@ class LookupModule(LookupBase):
         query, args = terms[0], [str(t) for t in terms[1:]]
         if query != "profiles" and len(args) != 1:
             raise AnsibleLookupError(f"gpulab.provision.matrix: '{query}' takes one argument, got {args}.")
-        compat = gpulab_module("compat")
+        with gpulab_required(AnsibleLookupError):
+            import gpulab.compat as compat
         try:
             return [QUERIES[query](compat, args[0] if args else "")]
         except Exception as err:  # GpulabError: the message names the problem and the fix

@@ -7,11 +7,11 @@ DOCUMENTATION = r"""
 module: framework_bundle
 short_description: Plan a node's framework wheels from gpulab's matrix and pack them with gpulab's wheel
 description:
-  - Runs on the controller. Picks the torch build and TensorFlow package for the host's GPUs, driver and Python
-    from gpulab's compatibility matrix (CPU builds on a host without NVIDIA GPUs), pins their exact releases
-    from the constraints file when it pins the same release, builds gpulab's wheel from the checkout (version
-    labelled with a hash of the source), and writes a reproducible tar holding C(requirements.txt),
-    C(constraints.txt) and C(wheels/) (gpulab's wheel plus the wheelhouse, when one is given).
+  - Runs on the controller. Picks (gpulab.compat.wheels) the torch build and TensorFlow package for the host's GPUs,
+    driver and Python from gpulab's compatibility matrix (CPU builds on a host without NVIDIA GPUs), pins their exact
+    releases from the constraints file when it pins the same release, builds gpulab's wheel from the checkout (version
+    labelled with a hash of the source), and writes a reproducible tar holding C(requirements.txt), C(constraints.txt)
+    and C(wheels/) (gpulab's wheel plus the wheelhouse, when one is given).
   - The archive is named by a hash of its content, so an unchanged plan reuses it and C(changed) is false.
 version_added: "0.1.0"
 author: gpulab

@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: stack_check
 short_description: Resolve a host's driver/CUDA/cuDNN/framework stack from gpulab's matrix and refuse incoherent ones
 description:
-  - Runs on the controller. Starts from a profile of src/gpulab/compat/matrix.yml (or, with C(auto), the newest
+  - Runs on the controller; the decision is gpulab.compat.resolve's (C(gpulab matrix resolve) shows it for a host
+    described on the command line). Starts from a profile of src/gpulab/compat/matrix.yml (or, with C(auto), the newest
     stack the configured I(sources) deliver for the host's GPUs on its OS), applies the inventory's overrides, and
     checks the result for every GPU model on the host with gpulab.compat.check_stack, against what the sources
     deliver, plus the kernel-module flavour, Secure Boot and the OS release.

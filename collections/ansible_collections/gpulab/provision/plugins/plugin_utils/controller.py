@@ -1,28 +1,21 @@
-"""Controller-side access to gpulab's compatibility matrix (src/gpulab/compat/matrix.yml).
-
-The matrix is the one source of versions: the pre-flight resolves what a host is to get from it, and the
-`gpulab.provision.matrix` lookup answers single questions. gpulab is imported from the Python running Ansible;
-when that Python lacks it (Ansible installed apart from gpulab), the checkout this collection lives in is used.
-"""
+"""The controller-side plugins are adapters of the gpulab package (gpulab.compat: the compatibility matrix, stack
+resolution, framework wheels). They run in the Python that runs Ansible, which is gpulab's virtual environment."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-from types import ModuleType
+import contextlib
+from collections.abc import Iterator
 
-# collections/ansible_collections/gpulab/provision/plugins/plugin_utils/matrix.py -> the checkout's src/
-_CHECKOUT_SRC = Path(__file__).resolve().parents[6] / "src"
+from ansible.errors import AnsibleError
 
 
-def gpulab_module(name: str) -> ModuleType:
-    """Import `gpulab.<name>`, falling back to the checkout's src/ directory."""
+@contextlib.contextmanager
+def gpulab_required(error: type[AnsibleError] = AnsibleError) -> Iterator[None]:
+    """Around the plugin's `import gpulab...`: without gpulab, one line saying where to run Ansible from."""
     try:
-        return importlib.import_module(f"gpulab.{name}")
-    except ImportError:
-        if not (_CHECKOUT_SRC / "gpulab").is_dir():
-            raise
-        sys.path.insert(0, str(_CHECKOUT_SRC))
-        sys.modules.pop("gpulab", None)
-        return importlib.import_module(f"gpulab.{name}")
+        yield
+    except ImportError as err:
+        raise error(
+            f"cannot import gpulab on the controller ({err}): run ansible-playbook from gpulab's virtual "
+            "environment (pip install gpulab; ./bootstrap.sh sets it up)."
+        ) from None  # one line: Ansible would repeat a chained error's text after it
