@@ -178,8 +178,8 @@ def test_all_gpus_have_consistent_specs():
         assert gpu.pci_ids and all(p.startswith("10de:") for p in gpu.pci_ids)
         if gpu.architecture in ("Pascal", "Volta", "Turing"):
             assert gpu.bf16_tflops is None and gpu.tf32_tflops is None, gpu.name
-        else:
-            assert gpu.bf16_tflops and gpu.tf32_tflops, gpu.name
+        elif gpu.bf16_tflops is None or gpu.tf32_tflops is None:
+            assert "not stated" in gpu.source or "null" in gpu.source, gpu.name  # a missing figure says why
 
 
 @pytest.mark.parametrize(

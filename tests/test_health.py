@@ -145,7 +145,10 @@ def test_all_na_capture_passes_no_check(na_fp, tmp_path):
     by_name = {c.name: c.message for c in checks}
     assert by_name["health.driver_for_cuda"] == f"driver version not reported by {src}"
     assert "cannot judge architecture support: driver (not reported by" in by_name["health.stack_supports_arch"]
-    assert "GPU unknown (unknown to the compatibility matrix)" in by_name["health.stack_supports_arch"]
+    assert (
+        "GPU unknown (not in the compatibility matrix; architecture and compute capability not reported: "
+        "spec-based checks skipped)" in by_name["health.stack_supports_arch"]
+    )
     assert by_name["health.torch_sees_gpus"] == f"torch not captured by {src}"
     assert "with nothing to compare" in by_name["health.gpu_count"]
     for i in range(4):

@@ -9,7 +9,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.hw.smi_nvlink import parse_nvlink
 from gpulab.hw.smi_topo import parse_topo, parse_topo_text
-from gpulab.hw.smi_xml import normalise_bus_id, parse_smi_xml, parse_smi_xml_text, split_pci_id
+from gpulab.hw.smi_xml import normalise_bus_id, parse_capture_text, parse_smi_xml, parse_smi_xml_text, split_pci_id
 
 FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
 XML = FIX / "nvidia-smi-q-x.xml"
@@ -115,10 +115,16 @@ def test_missing_file(tmp_path):
 
 def test_gpu_count_mismatch_is_caught():
     text = XML.read_text()
-    # Drop the last <gpu> block but keep the document well formed: a capture cut and "repaired".
-    cut = text[: text.rindex("<gpu id=")] + "</nvidia_smi_log>\n"
-    with pytest.raises(GpulabError, match="4 GPUs attached but holds 3"):
-        parse_smi_xml_text(cut, "x.xml")
+    # Fewer well-formed <gpu> blocks than attached is what `nvidia-smi -q -x -i 0,1,2` writes: accepted, and
+    # the host's count kept. No <gpu> block at all, or more than attached, is no capture nvidia-smi writes.
+    fewer = text[: text.rindex("<gpu id=")] + "</nvidia_smi_log>\n"
+    assert parse_capture_text(fewer, "x.xml").attached_gpus == 4
+    assert len(parse_smi_xml_text(fewer, "x.xml")[2]) == 3
+    none = text[: text.index("<gpu id=")] + "</nvidia_smi_log>\n"
+    with pytest.raises(GpulabError, match="4 GPUs attached but holds 0"):
+        parse_smi_xml_text(none, "x.xml")
+    with pytest.raises(GpulabError, match="3 GPUs attached but holds 4"):
+        parse_smi_xml_text(text.replace("<attached_gpus>4<", "<attached_gpus>3<"), "x.xml")
 
 
 # Older drivers (R470-era layout): <single_bit>/<double_bit><total>, clocks_throttle_reasons, power_readings.

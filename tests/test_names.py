@@ -23,8 +23,8 @@ def test_precision_decoder_means_one_thing():
     assert (fp32.tf32, fp32.autocast, fp32.dtype) == (False, None, "float32")
     assert (tf32.tf32, tf32.autocast, tf32.dtype) == (True, None, "float32")
     assert (bf16.tf32, bf16.autocast, bf16.dtype) == (True, "bfloat16", "bfloat16")
-    assert fp16.dtype == "float16" and not fp16.trains
-    assert names.TRAINING_PRECISIONS == ("fp32", "tf32", "bf16")
+    assert (fp16.dtype, fp16.autocast, fp16.loss_scaling, fp16.tf32) == ("float16", "float16", True, False)
+    assert names.TRAINING_PRECISIONS == ("fp32", "tf32", "bf16", "fp16")
 
 
 def test_precision_spec_fields_exist_on_the_gpu_spec():
@@ -46,8 +46,8 @@ def test_precision_dtypes_are_torch_dtypes():
     [
         (lambda: names.precision("fp8"), "unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16"),
         (
-            lambda: names.precision("fp16", training=True, who="mnist"),
-            "mnist: unknown precision 'fp16'; choose one of: fp32, tf32, bf16",
+            lambda: names.precision("fp8", training=True, who="mnist"),
+            "mnist: unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16",
         ),
         (lambda: names.size("huge"), "unknown size 'huge'; choose one of: tiny, quick, standard, full"),
         (lambda: names.tier("deep"), "unknown tier 'deep'; choose one of: quick, standard, full"),
@@ -105,4 +105,4 @@ def test_the_command_line_offers_the_training_names():
     run = parser.parse_args(["run", "mnist", "--precision", "tf32", "--launcher", "ddp"])
     assert run.precision == "tf32" and run.launcher == "ddp"
     with pytest.raises(SystemExit):
-        parser.parse_args(["run", "mnist", "--precision", "fp16"])
+        parser.parse_args(["run", "mnist", "--precision", "fp8"])

@@ -40,9 +40,10 @@ def test_markdown_key_lines():
     assert "| CUDA (driver supports) | 12.8 |" in md
     assert "| cuDNN | 9.8.0 |" in md and "| NCCL | 2.26.2 |" in md
     assert "| torch | 2.7.0+cu128 (CUDA 12.8, cuDNN 90800, NCCL 2.26.2, sees 4 GPU(s)) |" in md
-    # counts come before the table, failures are listed with their messages
-    assert "**6 pass · 1 fail · 1 skip · 1 error**" in md
-    assert md.index("**6 pass") < md.index("### Failures") < md.index("| Status | Check |")
+    # the front page (verdict, failures, key figures) comes before the details; counts before the table
+    assert "**FAIL: 2 of 9 checks failed (6 pass · 1 fail · 1 skip · 1 error)**" in md
+    order = ["## Verdict", "**FAIL", "## Failures", "## Key figures", "## Details", "**6 pass", "| Status | Check |"]
+    assert [md.index(h) for h in order] == sorted(md.index(h) for h in order)
     assert "- **FAIL** `health.pcie_link[0000:07:00.0]`: link runs gen4 x16" in md
     assert "- **ERROR** `probe.copy`: CUDA error: out of memory" in md
     assert "reseat card \\| check BIOS" in md  # a pipe cannot break the table

@@ -345,7 +345,7 @@ def test_style_transfer_bad_params(params, message):
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (RunConfig("mnist", precision="fp16"), "unknown precision 'fp16'; choose one of: fp32, tf32, bf16"),
+        (RunConfig("mnist", precision="fp8"), "unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16"),
         (RunConfig("mnist", size="huge"), "unknown size 'huge'; choose one of: tiny, quick, standard, full"),
         (RunConfig("mnist", batch=0), "batch must be a positive integer"),
         (RunConfig("mnist", params={"optimizer": "adam"}), "optimizer='adam' is invalid; expected one of adadelta"),

@@ -28,6 +28,12 @@ def test_torch_sees_gpus(lab, verdict):
 
 
 @pytest.mark.gpu
+def test_whole_gpu(lab, gpu, verdict):
+    """MIG instances or a vGPU slice: whole-GPU probes would measure no single workload (they skip, named)."""
+    verdict(health.whole_gpu(gpu, health.reporter(lab.fingerprint)))
+
+
+@pytest.mark.gpu
 def test_pcie_link(lab, gpu, verdict, link_under_load):
     under_load = link_under_load(gpu) if gpu.pcie.at_max is False else None
     verdict(health.pcie_link(gpu, under_load, source=lab.source))

@@ -6,6 +6,7 @@ from gpulab import names
 from gpulab.probes import judge, nccl_tests, torch_probes
 from gpulab.probes.allreduce import run_allreduce
 from gpulab.report.model import Check
+from gpulab.validation import precision_plan
 
 torch = pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the probes")
 
@@ -55,24 +56,26 @@ def matmul_row(lab, measured_rows, size):
     return row
 
 
-def has_rate(lab, gpu, precision):
+def lacks(lab, gpu, precision):
+    """Why `gpu` has no `precision` to measure (its datasheet lists no rate, or its architecture predates it)."""
     spec = lab.spec(gpu)
-    return spec is None or getattr(spec, names.precision(precision).spec_field) is not None
+    if spec is not None:
+        if getattr(spec, names.precision(precision).spec_field) is None:
+            return f"{spec.name} ({spec.architecture}) has no {precision} rate"
+        return None
+    plan = precision_plan.for_gpu(None, gpu.compute_capability, gpu.architecture)
+    if plan is not None and not plan.has(precision):
+        return f"{gpu.name} (compute capability {gpu.compute_capability}) has no {precision}"
+    return None
 
 
 @pytest.mark.gpu
 @pytest.mark.live
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("precision", names.PRECISIONS)
 def test_matmul(lab, gpu, verdict, precision, matmul_row):
-    if not has_rate(lab, gpu, precision):
-        spec = lab.spec(gpu)
-        verdict(
-            Check(
-                f"probe.matmul.{precision}[gpu{gpu.index}]",
-                "skip",
-                f"{spec.name} ({spec.architecture}) has no {precision} tensor-core rate",
-            )
-        )
+    missing = lacks(lab, gpu, precision)
+    if missing:
+        verdict(Check(f"probe.matmul.{precision}[gpu{gpu.index}]", "skip", missing))
     result = matmul_row(gpu, precision)
     verdict(judge.check(result, lab.expectation_for(result), f"{precision} matmul"))
     torch_probes.release_cached_memory()
@@ -100,7 +103,7 @@ def test_pinned_host_transfer(lab, gpu, verdict, direction, size):
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_gpus_perform_alike(lab, verdict, precision, matmul_row):
     """One GPU slower than its identical siblings points at that GPU: cooling, power, a bad link."""
-    measured = [matmul_row(gpu, precision) for gpu in lab.gpus if has_rate(lab, gpu, precision)]
+    measured = [matmul_row(gpu, precision) for gpu in lab.gpus if not lacks(lab, gpu, precision)]
     torch_probes.release_cached_memory()
     rows = {r.device: r.value for r in measured}
     if len(rows) < 2:

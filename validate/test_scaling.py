@@ -14,15 +14,15 @@ pytest.importorskip("torch", reason="torch is not installed: install gpulab[torc
 LAUNCH = {"ddp": run_ddp, "dataparallel": run_dataparallel}
 
 
-def plans(nvlink=True):
-    return {f"{p.launcher}-{p.workload}": p for p in scaling_plans(nvlink)}
+def plans(nvlink=True, precision_plan=None):
+    return {f"{p.launcher}-{p.workload}": p for p in scaling_plans(nvlink, precision_plan)}
 
 
 @pytest.mark.multi_gpu
 @pytest.mark.live
 @pytest.mark.parametrize("plan_id", list(plans()))
 def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
-    plan = plans(lab.nvlink)[plan_id]
+    plan = plans(lab.nvlink, lab.precision_plan)[plan_id]
     cfg = RunConfig(plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=workload_size)
     n = len(lab.gpus)
     if plan.launcher == "sweep":

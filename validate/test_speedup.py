@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from gpulab.validation import verdicts
+from gpulab.validation import known_good, verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedup_config
 
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
@@ -13,9 +13,10 @@ pytest.importorskip("torch", reason="torch is not installed: install gpulab[torc
 @pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
-def test_cpu(verdict, cpu_rows, workload, threads, workload_size):
+def test_cpu(lab, verdict, cpu_rows, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    (result,) = cpu_rows(cpu_config(speedup_config(workload, workload_size)), threads=n)  # shared with the GPU row
+    cfg = speedup_config(workload, workload_size, plan=lab.precision_plan)
+    (result,) = cpu_rows(cpu_config(cfg), threads=n)  # shared with the GPU row
     verdict(verdicts.cpu_row(result))
 
 
@@ -23,6 +24,16 @@ def test_cpu(verdict, cpu_rows, workload, threads, workload_size):
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 def test_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, workload_size):
-    cfg = speedup_config(workload, workload_size)
+    cfg = speedup_config(workload, workload_size, plan=lab.precision_plan)
     result = one_gpu_baseline(cfg)  # recorded once, shared with scaling
     verdict(verdicts.gpu_over_cpu(lab, result, cpu_rows(cpu_config(cfg))))
+
+
+@pytest.mark.gpu
+@pytest.mark.live
+@pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
+def test_gpu_against_known_good(lab, verdict, one_gpu_baseline, workload, workload_size):
+    """The one-GPU row against the known-good row of this GPU model (gpulab/validation/known_good.json)."""
+    result = one_gpu_baseline(speedup_config(workload, workload_size, plan=lab.precision_plan))
+    lab.report.add_threshold(known_good.BOUND)
+    verdict(known_good.judge(lab.gpus[0].name if lab.gpus else None, result))

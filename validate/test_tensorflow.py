@@ -23,9 +23,11 @@ def test_tensorflow_sees_gpus(lab, verdict):
 @pytest.mark.live  # this machine's CPU: not the captured host's
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 @pytest.mark.parametrize("threads", ["1", "all"])
-def test_tf_cpu(verdict, cpu_rows, workload, threads, workload_size):
+def test_tf_cpu(lab, verdict, cpu_rows, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    (result,) = cpu_rows(cpu_config(speedup_config(workload, workload_size, "tensorflow")), "tensorflow", threads=n)
+    (result,) = cpu_rows(
+        cpu_config(speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)), "tensorflow", threads=n
+    )
     verdict(verdicts.cpu_row(result))
 
 
@@ -33,7 +35,7 @@ def test_tf_cpu(verdict, cpu_rows, workload, threads, workload_size):
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, workload_size):
-    cfg = speedup_config(workload, workload_size, "tensorflow")
+    cfg = speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)
     result = one_gpu_baseline(cfg, "tensorflow")
     verdict(verdicts.gpu_over_cpu(lab, result, cpu_rows(cpu_config(cfg), "tensorflow")))
 
@@ -43,7 +45,7 @@ def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, wor
 @pytest.mark.parametrize("workload", ("resnet50", "cifar10"))
 def test_tf_mirrored_scaling(lab, verdict, one_gpu_baseline, workload, workload_size):
     n = len(lab.gpus)
-    cfg = speedup_config(workload, workload_size, "tensorflow")
+    cfg = speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)
     one = one_gpu_baseline(cfg, "tensorflow")  # the speedup test's one-GPU row when it ran first, else measured now
     result = run_mirrored(cfg, n)
     lab.record_result(result)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 
 from gpulab import compat
+from gpulab.compat.gpus import gpu_for
+from gpulab.compat.gpus import product_class as derive_class
 from gpulab.errors import GpulabError
 from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, PcieLink
 from gpulab.report.model import Check
@@ -19,6 +21,10 @@ LIVE_SOURCE = "NVML"
 
 # Clock-event reasons that are expected and harmless on an idle GPU.
 BENIGN_IDLE_REASONS = frozenset({"gpu_idle", "applications_clocks_setting", "display_clocks_setting"})
+# Performance states a GPU drops to when idle; its PCIe link may train down with them.
+_IDLE_PSTATES = frozenset(f"P{n}" for n in range(8, 16))
+# A vGPU profile's name ends in its frame-buffer size and series: "GRID T4-4Q", "NVIDIA L40S-2Q", "A100-4C".
+_VGPU_PROFILE = re.compile(r"-\d+[ABCQ]$")
 
 
 def _ok(name: str, message: str, **evidence: object) -> Check:
@@ -35,6 +41,63 @@ def _skip(name: str, message: str, **evidence: object) -> Check:
 
 def gpu_label(gpu: GpuInfo) -> str:
     return f"GPU {gpu.index} ({gpu.name}, {gpu.bus_id})"
+
+
+def product_class(gpu: GpuInfo) -> str:
+    """ "data-centre", "workstation" or "consumer": discovery fills it; GpuInfo built elsewhere gets it derived."""
+    return gpu.product_class or derive_class(gpu.name, gpu.product_brand)
+
+
+def mig_enabled(gpu: GpuInfo) -> bool:
+    """MIG is on: the GPU is split into instances, so whole-GPU probes and readings measure no one workload."""
+    return gpu.mig_enabled is True
+
+
+def vgpu_slice(gpu: GpuInfo) -> bool:
+    """The GPU is a vGPU slice seen from its guest: the host owns the board, its memory and its link."""
+    mode = (gpu.virtualization_mode or "").replace(" ", "").upper()
+    return mode == "VGPU" or (not mode and _VGPU_PROFILE.search(gpu.name) is not None)
+
+
+def whole_gpu_notice(gpu: GpuInfo) -> str | None:
+    """One line saying why whole-GPU probes measure nothing meaningful here (MIG or a vGPU slice); None when
+    they do. Probes and reports call it before judging a GPU as a whole."""
+    if mig_enabled(gpu):
+        sizes = ", ".join(
+            f"{d.memory_total_mib} MiB" if d.memory_total_mib is not None else "?" for d in gpu.mig_devices
+        )
+        held = f"{len(gpu.mig_devices)} MIG instances ({sizes})" if gpu.mig_devices else "no MIG instance"
+        return (
+            f"{gpu_label(gpu)}: MIG is enabled with {held}: whole-GPU probes and readings measure no single "
+            f"workload; judge the instances, or disable MIG (`nvidia-smi -i {gpu.index} -mig 0`) to measure the GPU"
+        )
+    if vgpu_slice(gpu):
+        licence = f", licensed as {gpu.vgpu_licensed_product}" if gpu.vgpu_licensed_product else ""
+        return (
+            f"{gpu_label(gpu)}: a vGPU slice{licence}: the host owns the physical GPU, so its ECC, memory "
+            "retirement and PCIe link are judged on the host, not in this guest"
+        )
+    return None
+
+
+def whole_gpu(gpu: GpuInfo, src: str = LIVE_SOURCE) -> Check:
+    """Whether whole-GPU checks and probes mean anything on this GPU (no MIG, not a vGPU slice)."""
+    name = f"health.whole_gpu[{gpu.index}]"
+    ev = {
+        "mig_enabled": gpu.mig_enabled,
+        "mig_devices": len(gpu.mig_devices),
+        "virtualization_mode": gpu.virtualization_mode,
+    }
+    notice = whole_gpu_notice(gpu)
+    if notice is not None:
+        return _skip(name, notice, **ev)
+    if gpu.mig_enabled is None and gpu.virtualization_mode is None:
+        return _skip(name, f"{gpu_label(gpu)}: MIG and virtualization mode not reported by {src}", **ev)
+    return _ok(name, f"{gpu_label(gpu)}: a whole GPU (no MIG, not a vGPU slice)", **ev)
+
+
+def _idle_power_state(gpu: GpuInfo) -> bool:
+    return (gpu.performance_state or "").upper() in _IDLE_PSTATES
 
 
 def reporter(fp: Fingerprint) -> str:
@@ -55,6 +118,16 @@ def gpu_count(fp: Fingerprint, expected: int | None, on_pci_bus: int | None = No
     found = len(fp.gpus)
     seen = f"the capture lists {found}" if fp.is_capture else f"NVML sees {found}"
     ev = {"found": found, "expected": expected, "on_pci_bus": on_pci_bus, "source": reporter(fp)}
+    host = fp.capture_attached_gpus
+    if host is not None:
+        # `nvidia-smi -q -x -i N`: the host's count is known, the other GPUs' health is not.
+        ev["host_attached"] = host
+        part = f"the capture holds {found} of the host's {host} GPUs (`nvidia-smi -q -x -i`): only those are judged"
+        if expected is not None and host != expected:
+            return _fail(name, f"expected {expected} GPUs, the host reports {host} attached; {part}", **ev)
+        if expected is None:
+            return _skip(name, f"{part}; no --expect-gpus given to compare the host's count with", **ev)
+        return _ok(name, f"the host reports {host} GPUs attached, matching {expected} expected; {part}", **ev)
     if expected is not None and found != expected:
         hint = (
             f"{on_pci_bus} are on the PCI bus, so the driver did not bring up the rest: see `dmesg | grep -i nvrm`"
@@ -174,9 +247,16 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
             components[component] = value
     issues: list[str] = []
     stacks: dict[str, dict[str, str | None]] = {}
+    unknown_gpus = {g.name: g for g in fp.gpus if _model(g).startswith("?")}
+    for gpu in unknown_gpus.values():
+        facts, problems, why = _judge_unknown_gpu(gpu, components)
+        if facts:
+            stacks[f"{gpu.name} (not in the matrix)"] = facts
+            issues += problems
+        else:
+            not_judged.append(why)
     for model in sorted({_model(g) for g in fp.gpus}):
         if model.startswith("?"):
-            not_judged.append(f"GPU {model[1:]} (unknown to the compatibility matrix)")
             continue
         if not components:
             continue
@@ -195,8 +275,41 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
 
 def _model(gpu: GpuInfo) -> str:
     """The matrix's name for a GPU (by PCI id first: names vary by driver); "?<name>" when it has none."""
-    spec = (compat.gpu_by_pci_id(gpu.pci_device_id) if gpu.pci_device_id else None) or compat.gpu_by_name(gpu.name)
+    spec = gpu_for(gpu.name, gpu.pci_device_id)
     return spec.name if spec is not None else f"?{gpu.name}"
+
+
+def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[str, str | None], list[str], str]:
+    """A GPU the matrix lacks, judged on what its source reported: the driver against its architecture, CUDA
+    against its compute capability. Returns (what was judged, problems, why nothing was when so)."""
+    arch, cc = gpu.architecture, gpu.compute_capability
+    judged: dict[str, str | None] = {}
+    problems: list[str] = []
+    driver, cuda = components.get("driver"), components.get("cuda")
+    try:
+        if driver and arch:
+            judged.update(driver=driver, architecture=arch)
+            if not compat.driver_supports_arch(driver, arch):
+                problems.append(
+                    f"{gpu.name}: driver {driver} ({compat.driver_branch(driver)}) does not support {arch}. "
+                    "Fix: install a driver branch that does (`gpulab matrix plan`)"
+                )
+        if cuda and cc:
+            judged.update(cuda=cuda, compute_capability=cc)
+            if not compat.cuda_supports_cc(cuda, cc):
+                problems.append(f"{gpu.name}: CUDA {cuda} has no kernels for compute capability {cc}.")
+    except GpulabError as err:  # an architecture the matrix does not name is not judged either way
+        return {}, [], f"GPU {gpu.name} (not in the compatibility matrix; {err})"
+    if judged:
+        return judged, problems, ""
+    known = ", ".join(f"{k} {v}" for k, v in (("architecture", arch), ("compute capability", cc)) if v)
+    return (
+        {},
+        [],
+        f"GPU {gpu.name} (not in the compatibility matrix; {known or 'architecture and compute capability'} "
+        f"{'known, but nothing reported to judge it against' if known else 'not reported'}: spec-based checks "
+        "skipped)",
+    )
 
 
 def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LIVE_SOURCE) -> Check:
@@ -208,9 +321,29 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
     name = f"health.pcie_link[{gpu.index}]"
     loaded = under_load if (gpu.pcie.at_max is False and under_load is not None) else None
     link = loaded or gpu.pcie
-    ev = {"idle": str(gpu.pcie), "under_load": str(under_load) if under_load else None, "bus_id": gpu.bus_id}
+    ev = {
+        "idle": str(gpu.pcie),
+        "under_load": str(under_load) if under_load else None,
+        "bus_id": gpu.bus_id,
+        "performance_state": gpu.performance_state,
+    }
+    if vgpu_slice(gpu):
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: a vGPU guest sees a virtual PCIe link, not the board's: judge it on the host",
+            **ev,
+        )
     narrow = link.width_current is not None and link.width_max is not None and link.width_current < link.width_max
     slow = link.gen_current is not None and link.gen_max is not None and link.gen_current < link.gen_max
+    if narrow and loaded is None and _idle_power_state(gpu):
+        # In a deep idle state the link may be trained down in width as well as speed; only a reading under
+        # load tells a power-saving link from a narrow slot, and a capture holds none.
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: PCIe {link} in idle state {gpu.performance_state}, and no reading under load: the "
+            "link cannot be judged (re-read it while the GPU is busy, or run `gpulab validate` on the host)",
+            **ev,
+        )
     causes = []
     if narrow:
         causes.append(
@@ -239,9 +372,23 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
 def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.ecc[{gpu.index}]"
     e = gpu.ecc_errors
-    ev = {"enabled": gpu.ecc_enabled, **vars(e)}
+    cls = product_class(gpu)
+    ev = {"enabled": gpu.ecc_enabled, "product_class": cls, **vars(e)}
+    if vgpu_slice(gpu):
+        return _skip(
+            name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's ECC mode: judge it on the host", **ev
+        )
     if gpu.ecc_enabled is None:
-        return _skip(name, f"{gpu_label(gpu)}: ECC mode not reported by {source} (N/A where a GPU has no ECC)", **ev)
+        why = "a consumer card has no ECC" if cls == "consumer" else "N/A where a GPU has no ECC"
+        return _skip(name, f"{gpu_label(gpu)}: ECC mode not reported by {source} ({why})", **ev)
+    if not gpu.ecc_enabled and cls != "data-centre":
+        # GeForce boards with ECC and the RTX workstation boards ship with it off: a choice, not a fault.
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: ECC is off, as {cls} cards ship; enable it with `nvidia-smi -i {gpu.index} -e 1` "
+            "and reboot if this card runs long jobs whose results must be exact",
+            **ev,
+        )
     if not gpu.ecc_enabled:
         return _fail(
             name,
@@ -267,6 +414,10 @@ def memory_retirement(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.memory_retirement[{gpu.index}]"
     r = gpu.retirement
     ev = dict(vars(r))
+    if vgpu_slice(gpu):
+        return _skip(
+            name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's retired memory: judge it on the host", **ev
+        )
     if r.remap_failure:
         return _fail(name, f"{gpu_label(gpu)}: row remapping failed: the GPU has run out of spare rows; RMA it", **ev)
     if r.remap_pending or r.retired_pending:
@@ -293,8 +444,18 @@ def memory_retirement(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
 
 def persistence(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     name = f"health.persistence[{gpu.index}]"
+    cls = product_class(gpu)
     if gpu.persistence_mode is None:
         return _skip(name, f"{gpu_label(gpu)}: persistence mode not reported by {source}")
+    if not gpu.persistence_mode and cls != "data-centre":
+        # A desktop's display server keeps the driver loaded; persistence matters on headless compute servers.
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: persistence mode is off, usual on a {cls} card; on a headless compute server run "
+            "`nvidia-persistenced` so jobs do not pay the driver's initialisation",
+            persistence_mode=False,
+            product_class=cls,
+        )
     if not gpu.persistence_mode:
         return _fail(
             name,
@@ -306,14 +467,41 @@ def persistence(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
 
 
 def idle_throttle(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
-    """At idle, the only active clock-event reason should be `gpu_idle`: anything else caps clocks under load."""
+    """At idle, the only active clock-event reason should be `gpu_idle`: anything else caps clocks under load.
+
+    Judged only on a GPU shown idle: under load a power cap is the GPU working as designed. A live reading
+    (`source` NVML) is taken idle by the caller; a capture must show it (0 % utilisation, no compute process).
+    """
     name = f"health.idle_throttle[{gpu.index}]"
-    ev = {"active": gpu.throttle_reasons, "temperature_c": gpu.temperature_c, "power_w": gpu.power_draw_w}
+    ev = {
+        "active": gpu.throttle_reasons,
+        "temperature_c": gpu.temperature_c,
+        "power_w": gpu.power_draw_w,
+        "utilization_gpu_pct": gpu.utilization_gpu_pct,
+        "compute_processes": gpu.compute_processes,
+    }
     if gpu.throttle_reasons is None:
         return _skip(name, f"{gpu_label(gpu)}: clock throttle reasons not reported by {source}", **ev)
+    notice = whole_gpu_notice(gpu)
+    if notice is not None:
+        return _skip(name, notice, **ev)
     bad = sorted(set(gpu.throttle_reasons) - BENIGN_IDLE_REASONS)
     if not bad:
         return _ok(name, f"{gpu_label(gpu)}: no clock throttling at idle", **ev)
+    util, procs = gpu.utilization_gpu_pct, gpu.compute_processes
+    if (util or 0) > 0 or (procs or 0) > 0:
+        load = [f"{util:g} % utilised"] if util else []
+        load += [f"{procs} compute process{'es' if procs != 1 else ''}"] if procs else []
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: busy ({', '.join(load)}) when read, so {', '.join(bad)} is no idle throttling and "
+            "cannot be judged here (a power cap under load is the GPU working as designed)",
+            **ev,
+        )
+    if source != LIVE_SOURCE and util is None and "gpu_idle" not in gpu.throttle_reasons:
+        return _skip(
+            name, f"{gpu_label(gpu)}: utilisation not reported by {source}, so it does not show the GPU idle", **ev
+        )
     fixes = {
         "hw_slowdown": "HW slowdown (power brake or over-temperature signal from the board): check PSU and cooling",
         "hw_thermal_slowdown": "HW thermal slowdown: check airflow, fans and the inlet temperature",

@@ -28,25 +28,27 @@ class Precision:
     tf32: bool  # fp32 matmuls and convolutions on TF32 tensor cores
     autocast: str | None  # the reduced type training runs under (torch autocast, Keras' mixed policy); None: fp32
     spec_field: str  # the GpuSpec field holding the datasheet's dense rate at this precision
-    trains: bool  # workloads train at it (fp16 training needs loss scaling, which they do not do: probes only)
+    loss_scaling: bool  # gradients scaled (dynamic loss scaling) so small ones survive the reduced range
+    min_compute_capability: float  # the first architecture with hardware for it (TF32, bf16: Ampere)
     summary: str
 
 
 _PRECISIONS = (
-    Precision("fp32", "float32", False, None, "fp32_tflops", True, "IEEE fp32 (TF32 off)"),
-    Precision("tf32", "float32", True, None, "tf32_tflops", True, "fp32 with TF32 tensor cores"),
-    Precision("bf16", "bfloat16", True, "bfloat16", "bf16_tflops", True, "bf16 autocast (fp32 master weights)"),
-    Precision("fp16", "float16", True, "float16", "fp16_tflops", False, "fp16 (matmul probe only)"),
+    Precision("fp32", "float32", False, None, "fp32_tflops", False, 0.0, "IEEE fp32 (TF32 off)"),
+    Precision("tf32", "float32", True, None, "tf32_tflops", False, 8.0, "fp32 with TF32 tensor cores"),
+    Precision("bf16", "bfloat16", True, "bfloat16", "bf16_tflops", False, 8.0, "bf16 autocast (fp32 master weights)"),
+    # fp16 keeps fp32 matmuls IEEE (no TF32 before Ampere, where it would run); fp16 range needs loss scaling
+    Precision("fp16", "float16", False, "float16", "fp16_tflops", True, 5.3, "fp16 autocast with loss scaling"),
 )
 PRECISION_TABLE: dict[str, Precision] = {p.name: p for p in _PRECISIONS}
 PRECISIONS: tuple[str, ...] = tuple(PRECISION_TABLE)
-TRAINING_PRECISIONS: tuple[str, ...] = tuple(p.name for p in _PRECISIONS if p.trains)
+TRAINING_PRECISIONS: tuple[str, ...] = PRECISIONS
 NO_PRECISION = "none"  # a result that is not arithmetic (memory copies, host transfers)
 REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION)
 
 
 def precision(name: str, *, training: bool = False, who: str = "") -> Precision:
-    """The Precision called `name`; `training` refuses the probe-only ones. `who` prefixes the message."""
+    """The Precision called `name` (`training`: one the workloads train at). `who` prefixes the message."""
     allowed = TRAINING_PRECISIONS if training else PRECISIONS
     if name not in allowed:
         prefix = f"{who}: " if who else ""

@@ -248,9 +248,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         table.add_column(col)
     for g in gpus:
         bf16 = "-" if g.bf16_tflops is None else f"{g.bf16_tflops:g}"
+        bandwidth = "-" if g.memory_bandwidth_gbs is None else f"{g.memory_bandwidth_gbs:g}"
         table.add_row(
             g.name, ", ".join(g.aliases[:2]), ", ".join(g.pci_ids), g.architecture, g.compute_capability,
-            f"{g.memory_gib:g}", g.form_factor, bf16, f"{g.memory_bandwidth_gbs:g}",
+            f"{g.memory_gib:g}", g.form_factor, bf16, bandwidth,
         )  # fmt: skip
     Console(width=200).print(table)
     return 0

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -20,6 +20,8 @@ from gpulab.errors import GpulabError
 
 ARCHITECTURES = ("Fermi", "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
+# Who a board is built for; it decides which health findings are faults (ECC off is normal on GeForce).
+ProductClass = Literal["data-centre", "workstation", "consumer"]
 
 
 @dataclass(frozen=True)
@@ -31,17 +33,24 @@ class GpuSpec:
     compute_capability: str
     memory_gib: float
     form_factor: str
-    fp32_tflops: float
+    # Datasheet rates; None where no NVIDIA document states the figure (A10G has no public datasheet).
+    fp32_tflops: float | None
     tf32_tflops: float | None
     bf16_tflops: float | None
-    fp16_tflops: float
-    memory_bandwidth_gbs: float
+    fp16_tflops: float | None
+    memory_bandwidth_gbs: float | None
     pcie_gen: int
     pcie_width: int
     nvlink_gbs: float | None
     source: str
     # A first driver later than the architecture's first branch (H200 came after Hopper's R520).
     min_driver: str | None = None
+
+    @property
+    def product_class(self) -> ProductClass:
+        from gpulab.compat.gpus import product_class  # local import: gpus imports this module
+
+        return product_class(self.name)
 
 
 @dataclass(frozen=True)
@@ -246,11 +255,11 @@ def _gpu(e: _Entry) -> GpuSpec:
         compute_capability=e.version("compute_capability"),
         memory_gib=e.num("memory_gib"),
         form_factor=e.text("form_factor"),
-        fp32_tflops=e.num("fp32_tflops"),
+        fp32_tflops=e.opt_num("fp32_tflops"),
         tf32_tflops=e.opt_num("tf32_tflops"),
         bf16_tflops=e.opt_num("bf16_tflops"),
-        fp16_tflops=e.num("fp16_tflops"),
-        memory_bandwidth_gbs=e.num("memory_bandwidth_gbs"),
+        fp16_tflops=e.opt_num("fp16_tflops"),
+        memory_bandwidth_gbs=e.opt_num("memory_bandwidth_gbs"),
         pcie_gen=e.integer("pcie_gen"),
         pcie_width=e.integer("pcie_width"),
         nvlink_gbs=e.opt_num("nvlink_gbs"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpulab.compat.data import GpuSpec, load_matrix
+from gpulab.compat.data import GpuSpec, ProductClass, load_matrix
 from gpulab.errors import GpulabError
 
 # Drivers add or drop these vendor/brand words over time ("A100-SXM4-40GB" vs "NVIDIA A100-SXM4-40GB"), so
@@ -59,6 +59,41 @@ def gpu_by_name(name: str) -> GpuSpec | None:
         if key in {name_key(n) for n in (gpu.name, *gpu.aliases)}:
             return gpu
     return None
+
+
+def gpu_for(name: str, pci_device_id: str | None = None) -> GpuSpec | None:
+    """The matrix entry of a GPU as a driver reports it: by PCI id first (names vary by driver, and pre-release
+    boards say "Graphics Device"), then by name."""
+    spec = gpu_by_pci_id(pci_device_id) if pci_device_id else None
+    return spec or gpu_by_name(name)
+
+
+# Name patterns, checked in order; the first match decides. Workstation boards carry "Quadro", "RTX A<n>",
+# "RTX PRO" or "Ada Generation" ("RTX 6000 Ada Generation" would otherwise read as a GeForce number); the RTX
+# PRO Server Edition is the data-centre one of its family.
+_CLASS_BY_NAME: tuple[tuple[re.Pattern[str], ProductClass], ...] = (
+    (re.compile(r"\bserver edition\b", re.I), "data-centre"),
+    (re.compile(r"\bquadro\b|\brtx a\d|\brtx pro\b|\bada generation\b|\bworkstation\b", re.I), "workstation"),
+    (re.compile(r"\b(geforce|titan)\b|\b(gtx|rtx) ?\d{3,4}\b", re.I), "consumer"),
+)
+# nvidia-smi's <product_brand>, for names that tell nothing ("Graphics Device").
+_CLASS_BY_BRAND: dict[str, ProductClass] = {
+    "geforce": "consumer",
+    "titan": "consumer",
+    "quadro": "workstation",
+    "quadro rtx": "workstation",
+    "nvidia rtx": "workstation",
+    "tesla": "data-centre",
+}
+
+
+def product_class(name: str, brand: str | None = None) -> ProductClass:
+    """Who a GPU is built for, from its name, else the driver's brand; boards with neither tell are data-centre
+    parts (A100, H200, L4, T4: their names carry no consumer or workstation mark)."""
+    for pattern, cls in _CLASS_BY_NAME:
+        if pattern.search(name):
+            return cls
+    return _CLASS_BY_BRAND.get((brand or "").strip().lower(), "data-centre")
 
 
 def _candidates(text: str) -> list[GpuSpec]:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
-from typing import Any
 
+from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.host import host_info
 from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, HostInfo, SoftwareInfo
 from gpulab.hw.smi_nvlink import parse_nvlink
 from gpulab.hw.smi_topo import Topology, parse_topo
-from gpulab.hw.smi_xml import parse_smi_xml
+from gpulab.hw.smi_xml import read_capture
 from gpulab.hw.software import software_info
 
 # Used only when the compat matrix cannot say: architectures with one compute capability among the
@@ -20,24 +19,25 @@ from gpulab.hw.software import software_info
 _CC_BY_ARCH = {"Volta": "7.0", "Turing": "7.5", "Ada Lovelace": "8.9", "Hopper": "9.0"}
 
 
-def _compat_cc(pci_device_id: str) -> str | None:
-    """Compute capability from gpulab.compat's table when that package is present."""
+def _describe(gpu: GpuInfo) -> None:
+    """Fill what the compatibility matrix knows of this model: its name there, architecture, compute capability
+    and product class. A GPU the matrix lacks keeps what its source reported, and its class comes from its
+    name and brand."""
+    from gpulab.compat import gpus as matrix  # the matrix is data this module can do without
+
     try:
-        # Looked up by name: that package is optional here and its API may still move.
-        gpu_by_pci_id = getattr(importlib.import_module("gpulab.compat"), "gpu_by_pci_id", None)
-    except Exception:  # absent or broken: the arch table below still answers for most boards
-        return None
-    if gpu_by_pci_id is None:
-        return None
-    try:
-        entry: Any = gpu_by_pci_id(pci_device_id)
-    except Exception:
-        return None
-    if entry is None:
-        return None
-    value = entry.get("compute_capability") if isinstance(entry, dict) else None
-    value = value or getattr(entry, "compute_capability", None)
-    return str(value) if value else None
+        spec = matrix.gpu_for(gpu.name, gpu.pci_device_id)
+    except GpulabError:  # a broken matrix must not stop discovery; the health checks name it
+        spec = None
+    if spec is not None:
+        gpu.matrix_name = spec.name
+        gpu.compute_capability = gpu.compute_capability or spec.compute_capability
+        gpu.architecture = gpu.architecture or spec.architecture
+        gpu.product_class = spec.product_class
+    else:
+        gpu.product_class = matrix.product_class(gpu.name, gpu.product_brand)
+    if gpu.compute_capability is None:
+        gpu.compute_capability = _CC_BY_ARCH.get(gpu.architecture or "")
 
 
 def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
@@ -56,8 +56,7 @@ def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
 
 def _fill(gpus: list[GpuInfo], root: Path, topo: Topology | None, *, captured: bool) -> None:
     for gpu in gpus:
-        if gpu.compute_capability is None:
-            gpu.compute_capability = _compat_cc(gpu.pci_device_id) or _CC_BY_ARCH.get(gpu.architecture or "")
+        _describe(gpu)
         # A captured GPU's bus address may hold the same model here: this machine's sysfs says nothing about it.
         gpu.numa_node = None if captured else _sysfs_numa(root, gpu)
         if gpu.numa_node is None and topo is not None and gpu.index < len(topo.affinity):
@@ -102,7 +101,9 @@ def fingerprint(
     captured_from = [str(p) for p in (smi_xml, topo_file, nvlink_file) if p is not None]
     host: HostInfo | None
     if smi_xml is not None:
-        driver, cuda, gpus = parse_smi_xml(smi_xml)
+        capture = read_capture(smi_xml)
+        driver, cuda, gpus = capture.driver_version, capture.cuda_version, capture.gpus
+        attached = capture.attached_gpus
         source = f"{CAPTURE_SOURCE_PREFIX}{smi_xml}"
         topology: list[list[str]] = []
         reason = None if gpus else f"{nvml.ABSENT}the capture {smi_xml} lists no GPU"
@@ -110,6 +111,7 @@ def fingerprint(
         software = captured_software(driver, cuda)
     else:
         result = nvml.query(root=root)
+        attached = None
         driver, cuda, gpus = result.driver_version, result.cuda_driver_version, result.gpus
         source = "nvml" if gpus else "none"
         topology = result.topology
@@ -134,4 +136,5 @@ def fingerprint(
         gpu_source=source,
         gpu_absent_reason=reason,
         captured_from=captured_from,
+        capture_attached_gpus=attached,
     )

@@ -71,6 +71,17 @@ class NvLinkInfo:
 
 
 @dataclass
+class MigDevice:
+    """One MIG instance of a GPU (`nvidia-smi -q -x` <mig_device>)."""
+
+    index: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    multiprocessor_count: int | None = None
+    memory_total_mib: int | None = None
+
+
+@dataclass
 class GpuInfo:
     index: int
     name: str
@@ -101,6 +112,15 @@ class GpuInfo:
     power_draw_w: float | None = None
     power_limit_w: float | None = None
     nvlinks: list[NvLinkInfo] = field(default_factory=list)
+    product_brand: str | None = None  # the driver's brand: "GeForce", "NVIDIA RTX", "Tesla"...
+    # The compatibility matrix's name for this GPU (found by PCI id first); None when the matrix does not know it.
+    matrix_name: str | None = None
+    product_class: str | None = None  # "data-centre", "workstation" or "consumer" (gpulab.compat.gpus)
+    utilization_gpu_pct: float | None = None
+    compute_processes: int | None = None  # running compute processes; None = not reported
+    mig_enabled: bool | None = None  # None where the GPU has no MIG (N/A)
+    mig_devices: list[MigDevice] = field(default_factory=list)
+    vgpu_licensed_product: str | None = None  # "NVIDIA RTX Virtual Workstation" in a vGPU guest
 
 
 @dataclass
@@ -180,6 +200,9 @@ class Fingerprint:
     gpu_absent_reason: str | None = None  # one line when no GPU was found, e.g. "no NVIDIA GPU/driver found: ..."
     # Files read instead of querying this machine (`nvidia-smi -q -x`, `topo -m`, `nvlink -s`); [] = all live.
     captured_from: list[str] = field(default_factory=list)
+    # A per-GPU capture (`nvidia-smi -q -x -i N`) keeps the host's <attached_gpus> beside fewer <gpu> sections:
+    # that host count, when it differs from len(gpus); None otherwise.
+    capture_attached_gpus: int | None = None
 
     @property
     def is_capture(self) -> bool:

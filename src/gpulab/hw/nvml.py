@@ -375,3 +375,111 @@ def gpu_processes(index: int, nv: Any | None = None) -> list[tuple[int, int | No
         return out
     finally:
         _call(nv, "nvmlShutdown")
+
+
+@dataclass
+class ProcessOnGpu:
+    """One process NVML lists on a device."""
+
+    pid: int
+    used_mib: int | None  # None where NVML cannot tell (some vGPU and MIG setups)
+    kinds: tuple[str, ...]  # "compute", "graphics", "mps" (an MPS client)
+    name: str | None = None  # NVML's name for it (the executable's path); None when not answered
+
+
+@dataclass
+class DeviceUse:
+    """What occupies one device, read through NVML; None fields were not answered."""
+
+    index: int
+    total_mib: int | None = None
+    used_mib: int | None = None
+    processes: list[ProcessOnGpu] = field(default_factory=list)
+    processes_listed: bool = False  # False: NVML refused the listing, so `processes` says nothing
+    utilisation_pct: list[int] = field(default_factory=list)  # one per sample; empty when not supported
+    problem: str | None = None  # why the device could not be read at all
+
+
+_PROCESS_LISTS = (
+    ("nvmlDeviceGetComputeRunningProcesses", "compute"),
+    ("nvmlDeviceGetGraphicsRunningProcesses", "graphics"),
+    ("nvmlDeviceGetMPSComputeRunningProcesses", "mps"),
+)
+
+
+def _processes(nv: Any, handle: Any) -> tuple[list[ProcessOnGpu], bool]:
+    """Every process on the device, once each (a process can be in several lists), and whether any list answered."""
+    by_pid: dict[int, ProcessOnGpu] = {}
+    listed = False
+    for fn, kind in _PROCESS_LISTS:
+        procs = _call(nv, fn, handle)
+        if procs is None:
+            continue
+        listed = True
+        for proc in procs:
+            pid = int(proc.pid)
+            used = _mib(getattr(proc, "usedGpuMemory", None))
+            seen = by_pid.get(pid)
+            if seen is None:
+                by_pid[pid] = ProcessOnGpu(pid=pid, used_mib=used, kinds=(kind,))
+                continue
+            # The lists report the same allocation for a process that is in both: keep one figure.
+            seen.kinds = (*seen.kinds, kind)
+            if seen.used_mib is None:
+                seen.used_mib = used
+    for proc in by_pid.values():
+        proc.name = _str(_call(nv, "nvmlSystemGetProcessName", proc.pid))
+    return list(by_pid.values()), listed
+
+
+def device_use(
+    indices: list[int],
+    nv: Any | None = None,
+    samples: int = 4,
+    interval_s: float = 0.15,
+    sleep: Callable[[float], None] | None = None,
+) -> list[DeviceUse]:
+    """Memory, processes and `samples` utilisation readings `interval_s` apart for each NVML index, in order.
+
+    Raises GpulabError when NVML cannot be used at all; a device that cannot be read gets `problem` instead.
+    """
+    import time
+
+    if nv is None:
+        nv, problem = load_nvml()
+        if nv is None:
+            raise GpulabError(f"{ABSENT}{problem}")
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as err:
+        raise GpulabError(f"{ABSENT}{_init_problem(nv, err)}") from err
+    pause = sleep or time.sleep
+    try:
+        out: list[DeviceUse] = []
+        handles: list[Any] = []
+        for index in indices:
+            use = DeviceUse(index=index)
+            handle = _call(nv, "nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                use.problem = f"NVML gives no handle for GPU {index}"
+            else:
+                # v2 leaves driver-reserved memory out of `used`, as nvidia-smi does; v1 counts it as used.
+                mem_v2 = getattr(nv, "nvmlMemory_v2", None)
+                mem = _call(nv, "nvmlDeviceGetMemoryInfo", handle, mem_v2) if mem_v2 else None
+                mem = mem or _call(nv, "nvmlDeviceGetMemoryInfo", handle)
+                use.total_mib = _mib(getattr(mem, "total", None))
+                use.used_mib = _mib(getattr(mem, "used", None))
+                use.processes, use.processes_listed = _processes(nv, handle)
+            out.append(use)
+            handles.append(handle)
+        for sample in range(samples):
+            if sample:
+                pause(interval_s)
+            for use, handle in zip(out, handles, strict=True):
+                rates = _call(nv, "nvmlDeviceGetUtilizationRates", handle) if handle is not None else None
+                gpu = getattr(rates, "gpu", None)
+                if isinstance(gpu, int):
+                    use.utilisation_pct.append(gpu)
+        return out
+    finally:
+        _call(nv, "nvmlShutdown")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, PcieLink
+from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, MigDevice, PcieLink
 from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
 
 _FIX = "capture it with `nvidia-smi -q -x > FILE`"
@@ -184,6 +185,48 @@ def _reasons(gpu: ET.Element) -> list[str] | None:
     return None
 
 
+def _mig_devices(gpu: ET.Element) -> list[MigDevice]:
+    out = []
+    for i, node in enumerate(gpu.findall("mig_devices/mig_device")):
+        index = _int(node, "index")
+        out.append(
+            MigDevice(
+                index=index if index is not None else i,
+                gpu_instance_id=_int(node, "gpu_instance_id"),
+                compute_instance_id=_int(node, "compute_instance_id"),
+                multiprocessor_count=_int(node, "device_attributes/shared/multiprocessor_count"),
+                memory_total_mib=_int(node, "fb_memory_usage/total"),
+            )
+        )
+    return out
+
+
+def _compute_processes(gpu: ET.Element) -> int | None:
+    """Running compute processes (type C or C+G; a display server's G alone keeps no GPU busy); None when the
+    capture has no <processes> block or says N/A (MIG, vGPU)."""
+    node = gpu.find("processes")
+    if node is None:
+        return None
+    found = node.findall("process_info")
+    if found:
+        return sum(1 for p in found if "C" in (_text(p, "type") or "C"))
+    text = (node.text or "").strip()
+    return None if text and text in _UNKNOWN else 0  # an empty block means none run
+
+
+def _virtualization(gpu: ET.Element) -> str | None:
+    # Spelled <gpu_virtualization_mode><virtualization_mode> by current drivers; capitalised by some vGPU builds.
+    for path in (
+        "gpu_virtualization_mode/virtualization_mode",
+        "GPU_Virtualization_Mode/Virtualization_Mode",
+        "GPU_Virtualization_Mode/virtualization_mode",
+    ):
+        value = _text(gpu, path)
+        if value is not None:
+            return value
+    return None
+
+
 def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
     pci = gpu.find("pci")
     bus_raw = _text(pci, "pci_bus_id") or gpu.get("id") or ""
@@ -221,7 +264,7 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         ecc_errors=_ecc(gpu),
         retirement=_retirement(gpu),
         persistence_mode=_flag(gpu, "persistence_mode"),
-        virtualization_mode=_text(gpu, "gpu_virtualization_mode/virtualization_mode"),
+        virtualization_mode=_virtualization(gpu),
         vbios_version=_text(gpu, "vbios_version"),
         performance_state=_text(gpu, "performance_state"),
         sm_clock_mhz=_int(gpu, "clocks/sm_clock"),
@@ -232,11 +275,26 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         temperature_c=_num(gpu, "temperature/gpu_temp"),
         power_draw_w=draw,
         power_limit_w=limit,
+        product_brand=_text(gpu, "product_brand"),
+        utilization_gpu_pct=_num(gpu, "utilization/gpu_util"),
+        compute_processes=_compute_processes(gpu),
+        mig_enabled=_flag(gpu, "mig_mode/current_mig"),
+        mig_devices=_mig_devices(gpu),
+        vgpu_licensed_product=_text(gpu, "vgpu_software_licensed_product/licensed_product_name"),
     )
 
 
-def parse_smi_xml_text(text: str, source: str = "<string>") -> tuple[str | None, str | None, list[GpuInfo]]:
-    """Parse XML text; `source` names it in errors. Returns (driver_version, cuda_version, gpus)."""
+@dataclass
+class SmiCapture:
+    driver_version: str | None
+    cuda_version: str | None
+    gpus: list[GpuInfo]
+    # The host's <attached_gpus> when the capture holds fewer GPUs (`nvidia-smi -q -x -i N`); None otherwise.
+    attached_gpus: int | None = None
+
+
+def parse_capture_text(text: str, source: str = "<string>") -> SmiCapture:
+    """Parse XML text; `source` names it in errors."""
     try:
         # The DOCTYPE names an external DTD; ElementTree never fetches it.
         root = ET.fromstring(text)
@@ -246,16 +304,31 @@ def parse_smi_xml_text(text: str, source: str = "<string>") -> tuple[str | None,
         raise GpulabError(f"{source}: not an nvidia-smi report (root <{root.tag}>, expected <nvidia_smi_log>); {_FIX}")
     gpus = [_gpu(i, node) for i, node in enumerate(root.findall("gpu"))]
     attached = _int(root, "attached_gpus")
-    if attached is not None and attached != len(gpus):
+    # `-i N` keeps the host's count beside the GPUs it was asked for, and the file still closes properly (a cut
+    # file does not parse). More <gpu> sections than attached, or none at all, is no capture nvidia-smi writes.
+    if attached is not None and (len(gpus) > attached or (attached and not gpus)):
         raise GpulabError(f"{source}: says {attached} GPUs attached but holds {len(gpus)} <gpu> entries (cut?); {_FIX}")
     for gpu in gpus:
         if not gpu.uuid or not gpu.bus_id:
             raise GpulabError(f"{source}: GPU {gpu.index} has no uuid or PCI bus id; {_FIX}")
-    return _text(root, "driver_version"), _text(root, "cuda_version"), gpus
+    partial = attached if attached is not None and attached != len(gpus) else None
+    return SmiCapture(_text(root, "driver_version"), _text(root, "cuda_version"), gpus, partial)
+
+
+def read_capture(path: Path) -> SmiCapture:
+    """Parse a `nvidia-smi -q -x` capture file."""
+    # nvidia-smi writes UTF-8; a stray byte in a product string is replaced rather than refusing the capture
+    text = read_input_bytes(path, "nvidia-smi XML", _FIX, limit=CAPTURE_LIMIT).decode("utf-8", errors="replace")
+    return parse_capture_text(text, str(path))
+
+
+def parse_smi_xml_text(text: str, source: str = "<string>") -> tuple[str | None, str | None, list[GpuInfo]]:
+    """Parse XML text; `source` names it in errors. Returns (driver_version, cuda_version, gpus)."""
+    cap = parse_capture_text(text, source)
+    return cap.driver_version, cap.cuda_version, cap.gpus
 
 
 def parse_smi_xml(path: Path) -> tuple[str | None, str | None, list[GpuInfo]]:
     """Parse a `nvidia-smi -q -x` capture file. Returns (driver_version, cuda_version, gpus)."""
-    # nvidia-smi writes UTF-8; a stray byte in a product string is replaced rather than refusing the capture
-    text = read_input_bytes(path, "nvidia-smi XML", _FIX, limit=CAPTURE_LIMIT).decode("utf-8", errors="replace")
-    return parse_smi_xml_text(text, str(path))
+    cap = read_capture(path)
+    return cap.driver_version, cap.cuda_version, cap.gpus

@@ -20,7 +20,8 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.launch import backends
+from gpulab.launch import backends, progress
+from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
 from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
@@ -94,6 +95,9 @@ def _finish(args: argparse.Namespace, result: Result) -> int:
         sys.stdout.write("\n")
     else:
         print(describe(result))
+    advice = gpu_busy_advice(result)
+    if advice:
+        print(f"note: {advice}", file=sys.stderr)
     if args.report is not None:
         append_results(args.report, [result], _command_line())
         print(f"appended to {args.report}", file=sys.stderr)
@@ -106,6 +110,15 @@ def _command_line() -> str | None:
     if prog == "gpulab" or sys.argv[0].endswith(("gpulab/__main__.py", "gpulab/cli.py")):
         return shlex.join(["gpulab", *sys.argv[1:]])
     return None
+
+
+def _show(status: Any, launch: Launch) -> progress.Listener:
+    """Steps done, rate and time left on the status line (in-process launchers report them)."""
+
+    def show(p: progress.Progress) -> None:
+        status.update(f"running {launch.describe()}: {p.text()}")
+
+    return show
 
 
 def _status(text: str) -> Any:
@@ -139,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     launch = launch_from_args(args, args.launcher)
     backend = check_launch(launch)
     backend.prepare()
-    with _status(f"running {launch.describe()}"):
+    with _status(f"running {launch.describe()}") as status, progress.listening(_show(status, launch)):
         result = start(launch)
     return _finish(args, result)
 

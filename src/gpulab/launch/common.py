@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
+from gpulab.launch.progress import Tracker
 from gpulab.names import BATCH_POLICIES
 from gpulab.report.io import atomic_write_text
 from gpulab.report.model import Result, TelemetrySummary
@@ -228,12 +230,74 @@ def sync(devices: Sequence[str]) -> None:
             torch.cuda.synchronize(device)
 
 
+MEMORY_LIMIT_ENV = "GPULAB_GPU_MEMORY_LIMIT_GIB"  # cap each GPU's memory for torch (a smaller card's size)
+
+
+def memory_limit_gib() -> float | None:
+    """The GPU memory cap this process runs under (GPULAB_GPU_MEMORY_LIMIT_GIB), None when unset."""
+    raw = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise GpulabError(f"{MEMORY_LIMIT_ENV}={raw!r} is not a number of GiB; unset it or write e.g. 12") from None
+    if not math.isfinite(value) or value <= 0:
+        raise GpulabError(f"{MEMORY_LIMIT_ENV}={raw!r} must be a positive number of GiB")
+    return value
+
+
 def set_cuda_flags(device: str) -> None:
-    """cuDNN autotuning on for CUDA runs (fixed shapes: tuned once in the warm-up, then fast)."""
+    """cuDNN autotuning on for CUDA runs (fixed shapes: tuned once in the warm-up, then fast), and the memory cap.
+
+    The cap (torch's per-process memory fraction) makes a larger GPU behave as a smaller one for allocations:
+    a workload that fits under 12 GiB here fits a 12 GB P100. cuDNN's autotuner skips the algorithms whose
+    trial workspace does not fit.
+    """
     import torch
 
     if device.startswith("cuda"):
         torch.backends.cudnn.benchmark = True
+        limit = memory_limit_gib()
+        if limit is not None:
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, limit * 2**30 / total), device)
+
+
+def _cuda(devices: Sequence[str]) -> list[str]:
+    return [d for d in devices if d.startswith("cuda")]
+
+
+def memory_peaks_mib(devices: Sequence[str], reset: bool = False) -> list[float]:
+    """Peak memory torch allocated on each CUDA device of `devices` since the last reset; `reset` starts anew."""
+    import torch
+
+    peaks = [round(torch.cuda.max_memory_allocated(d) / 2**20, 1) for d in _cuda(devices)]
+    if reset:
+        for d in _cuda(devices):
+            torch.cuda.reset_peak_memory_stats(d)
+    return peaks
+
+
+def memory_params(devices: Sequence[str], timing: LoopTiming) -> dict[str, Any]:
+    """What the work needs in GPU memory: the peak over the timed steps, apart from the warm-up's."""
+    if not _cuda(devices):
+        return {}
+    facts: dict[str, Any] = {
+        "max_memory_allocated_mib": memory_peaks_mib(devices),
+        "warmup_max_memory_allocated_mib": timing.warmup_peak_mib,
+        "memory_measured": MEMORY_MEASURED,
+    }
+    limit = memory_limit_gib()
+    if limit is not None:
+        facts["memory_limit_gib"] = limit
+    return facts
+
+
+MEMORY_MEASURED = (
+    "peak bytes torch allocated over the timed steps (the work's need); the warm-up's peak, which holds cuDNN "
+    "autotuner trial workspaces sized to the free memory, is warmup_max_memory_allocated_mib"
+)
 
 
 # -- the timed loop ------------------------------------------------------------------------------------------
@@ -246,6 +310,8 @@ class LoopTiming:
     wall_end: float
     loss: float | None  # the last loss, read once after the clock stopped
     loss_finite: bool | None
+    first_loss: float | None = None  # the first step's loss (warm-up included): with `loss`, is it learning?
+    warmup_peak_mib: list[float] | None = None  # per CUDA device: peak allocated in the warm-up (autotuner trials)
 
 
 def loss_value(loss: Any) -> float | None:
@@ -267,10 +333,14 @@ def timed_loop(
     before_timed: Callable[[], None] | None = None,
 ) -> LoopTiming:
     """Warm up, then time `session.steps` steps with synchronisation only at the two ends."""
-    loss = None
-    for _ in range(warmup):
+    loss = first = None
+    tracker = Tracker("warm-up", warmup, int(session.samples_per_step))
+    for k in range(warmup):
         loss = session.step()
+        first = loss if first is None else first
+        tracker.step(k + 1)
     sync(devices)
+    warmup_peak = memory_peaks_mib(devices, reset=True) if _cuda(devices) else None
     if before_timed is not None:
         before_timed()
     if barrier is not None:
@@ -278,8 +348,11 @@ def timed_loop(
     wall_start = time.time()
     start = time.perf_counter()
     steps = int(session.steps)
-    for _ in range(steps):
+    tracker = Tracker("timed", steps, int(session.samples_per_step))
+    for k in range(steps):
         loss = session.step()
+        first = loss if first is None else first  # a reference only: read after the clock stops
+        tracker.step(k + 1)
     sync(devices)
     if barrier is not None:
         barrier()
@@ -287,6 +360,7 @@ def timed_loop(
     wall_end = time.time()
     value = loss_value(loss)
     finite = math.isfinite(value) if value is not None else None
+    first_value = loss_value(first)
     return LoopTiming(
         seconds=seconds,
         steps=steps,
@@ -295,6 +369,8 @@ def timed_loop(
         wall_end=wall_end,
         loss=value if finite else None,
         loss_finite=finite,
+        first_loss=first_value if first_value is not None and math.isfinite(first_value) else None,
+        warmup_peak_mib=warmup_peak,
     )
 
 
@@ -328,7 +404,9 @@ def run_params(
     """Result.params of a torch run: launch_params with torch's version."""
     import torch
 
-    return launch_params(cfg, plan, info, finish, timing.loss, timing.loss_finite, torch=torch.__version__, **extra)
+    return launch_params(
+        cfg, plan, info, finish, timing.loss, timing.loss_finite, timing.first_loss, torch=torch.__version__, **extra
+    )
 
 
 def launch_params(
@@ -338,6 +416,7 @@ def launch_params(
     finish: Mapping[str, Any],
     loss: float | None,
     loss_finite: bool | None,
+    first_loss: float | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Result.params: the workload's info and finish facts, then how it was launched (any framework)."""
@@ -349,9 +428,13 @@ def launch_params(
         warmup=cfg.warmup,
         seed=cfg.seed,
         data=str(cfg.data) if cfg.data is not None else None,
+        num_workers=cfg.num_workers if cfg.data is not None else None,  # DataLoader workers feeding real data
         workload_params=dict(cfg.params),
+        first_loss=first_loss,
         final_loss=loss,
         loss_finite=loss_finite,
+        # learning: the loss fell from the first step to the last (None when either is unknown)
+        loss_falling=loss < first_loss if loss is not None and first_loss is not None else None,
     )
     params.update(extra)
     return jsonable(params)

@@ -100,6 +100,7 @@ def run_ddp(
         wall_end=data["wall_end"],
         loss=ranks[0]["loss"],
         loss_finite=ranks[0]["loss_finite"],
+        first_loss=ranks[0].get("first_loss"),
     )
     devices = [r["device"] for r in sorted(ranks, key=lambda r: r["rank"])]
     extra = {
@@ -110,7 +111,10 @@ def run_ddp(
         "rank_seconds": [r["seconds"] for r in ranks],
     }
     if backend == "nccl":
-        extra["max_memory_allocated_mib"] = [r["max_memory_allocated_mib"] for r in ranks]
+        by_rank = [r["memory"] for r in sorted(ranks, key=lambda r: r["rank"])]
+        extra.update(by_rank[0])
+        for key in ("max_memory_allocated_mib", "warmup_max_memory_allocated_mib"):
+            extra[key] = [m[key][0] if m.get(key) else None for m in by_rank]
     if sampler is not None and sampler.overhead() is not None:
         extra["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
     return make_result(

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import resolve_builder, set_cuda_flags, timed_loop, write_json_atomic
+from gpulab.launch.common import memory_params, resolve_builder, set_cuda_flags, timed_loop, write_json_atomic
 from gpulab.launch.spec import WorkerMessage
 
 PG_TIMEOUT_S = 1800.0  # a collective that waits longer than this is stuck
@@ -74,9 +74,8 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         "device": device,
         "loss": timing.loss,
         "loss_finite": timing.loss_finite,
-        "max_memory_allocated_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-        if backend == "nccl"
-        else None,
+        "first_loss": timing.first_loss,
+        "memory": memory_params([device], timing),
     }
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)

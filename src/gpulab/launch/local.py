@@ -14,6 +14,7 @@ from gpulab.launch.common import (
     LoopTiming,
     check_config,
     make_result,
+    memory_params,
     nvml_indices,
     plan_batch,
     resolve_builder,
@@ -63,7 +64,8 @@ def run_session(
     before_timed: Callable[[], None] | None = None,
 ) -> tuple[Session, LoopTiming, dict[str, Any]]:
     """Build the Session for `device`, wrap its model, warm up, time it; returns (session, timing, finish facts)."""
-    set_cuda_flags(device)
+    for each in sync_devices or [device]:
+        set_cuda_flags(each)
     session = resolve_builder(builder)(plan.device_config(cfg), device)
     if wrapper is not None:
         if session.model is None:
@@ -75,14 +77,6 @@ def run_session(
     timing = timed_loop(session, cfg.warmup, sync_devices or [device], before_timed=before_timed)
     finish = session.finish() or {}
     return session, timing, dict(finish)
-
-
-def _memory_params(ordinals: list[int]) -> dict[str, Any]:
-    import torch
-
-    if not ordinals or not torch.cuda.is_available():
-        return {}
-    return {"max_memory_allocated_mib": [round(torch.cuda.max_memory_allocated(k) / 2**20, 1) for k in ordinals]}
 
 
 def run_cpu(
@@ -144,7 +138,7 @@ def run_gpu(
     with _sampling([index], telemetry) as sampler:
         session, timing, finish = run_session(cfg, device, plan, builder=builder)
     plan = plan.resolved(int(session.samples_per_step))
-    extra = {"threads": torch.get_num_threads(), **_memory_params([index]), **_overhead(sampler)}
+    extra = {"threads": torch.get_num_threads(), **memory_params([device], timing), **_overhead(sampler)}
     return make_result(
         cfg,
         launcher="gpu",
@@ -224,7 +218,7 @@ def run_dataparallel(
         session, timing, finish = run_session(
             cfg, device, global_plan, builder=builder, wrapper=wrapper, sync_devices=devices
         )
-    extra = {"threads": torch.get_num_threads(), **_memory_params(ordinals), **_overhead(sampler)}
+    extra = {"threads": torch.get_num_threads(), **memory_params(devices, timing), **_overhead(sampler)}
     if not on_gpu:
         extra["pass_through"] = True
     return make_result(

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import make_result, run_params
+from gpulab.launch.common import make_result, memory_params, run_params
 from gpulab.launch.local import run_session, torch_threads
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
@@ -36,8 +36,9 @@ def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir:
     with torch_threads(None if device.startswith("cuda") else message.threads or 1) as threads:
         session, timing, finish = run_session(cfg, device, plan, builder=message.builder, before_timed=barrier)
     extra: dict[str, Any] = {"threads": threads, "run_index": index, "started_together": in_step["together"]}
-    if device.startswith("cuda"):
-        extra["max_memory_allocated_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
+    memory = memory_params([device], timing)
+    if memory:  # one device per run: the sweep lists the runs' peaks
+        extra.update(memory, max_memory_allocated_mib=memory["max_memory_allocated_mib"][0])
     plan = plan.resolved(int(session.samples_per_step))
     result = make_result(
         cfg,

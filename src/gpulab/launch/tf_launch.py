@@ -26,6 +26,7 @@ from gpulab.launch.common import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.tf.common import tf_precision
 
 TF_WORKLOADS = ("style_transfer", "mnist", "cifar10", "chexnet", "resnet50")
 
@@ -42,6 +43,7 @@ def check_tf_config(cfg: RunConfig) -> None:
     if cfg.workload not in TF_WORKLOADS:
         raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(TF_WORKLOADS)}")
     check_run_fields(cfg)
+    tf_precision(cfg.precision)
 
 
 def tf_gpu_count(timeout_s: float = 300.0) -> int:

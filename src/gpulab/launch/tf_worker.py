@@ -64,9 +64,10 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     cfg = message.run
     session = build(plan.device_config(cfg), strategy)
     together = True
-    loss = None
+    loss = first = None
     for _ in range(cfg.warmup):
         loss = session.step()
+        first = loss if first is None else first
     if loss is not None:
         loss_value(loss)  # wait for the warm-up to finish
     if ready_dir is not None:
@@ -76,16 +77,19 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     steps = int(session.steps)
     for _ in range(steps):
         loss = session.step()
+        first = loss if first is None else first
     value = loss_value(loss)  # reading the last loss waits for the queued steps
     seconds = time.perf_counter() - start
     wall_end = time.time()
+    first_value = loss_value(first)
     finish = dict(session.finish() or {})
     per_replica = int(session.samples_per_step) // replicas
     plan = plan.resolved(per_replica)
     finite = math.isfinite(value) if value is not None else None
     final_loss = value if finite else None
+    first_loss = first_value if first_value is not None and math.isfinite(first_value) else None
     params = launch_params(
-        cfg, plan, session.info, finish, final_loss, finite, tensorflow=tf.__version__, threads=threads
+        cfg, plan, session.info, finish, final_loss, finite, first_loss, tensorflow=tf.__version__, threads=threads
     )
     if mode == "sweep":
         params.update(run_index=index, started_together=together)

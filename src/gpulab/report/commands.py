@@ -44,6 +44,11 @@ def add_commands(sub: Any) -> None:
     )
     cmp_.add_argument("files", metavar="REPORT", nargs="+", type=Path, help="baseline, then others")
     cmp_.add_argument(
+        "--known-good",
+        metavar="GPU_MODEL",
+        help="compare against the known-good rows of this GPU model (e.g. 'NVIDIA H200') as the baseline",
+    )
+    cmp_.add_argument(
         "--threshold",
         default="5%",
         metavar="PCT",
@@ -92,9 +97,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     threshold = parse_threshold(args.threshold)
-    if len(args.files) < 2:
-        raise GpulabError("compare needs at least two reports: the baseline first, then the runs to compare")
     reports = [(str(path), load_report(path)) for path in args.files]
+    if args.known_good:
+        from gpulab.validation import known_good
+
+        reports.insert(0, (f"known-good {args.known_good}", known_good.as_report(args.known_good)))
+    if len(reports) < 2:
+        raise GpulabError(
+            "compare needs at least two reports: the baseline first (or --known-good GPU_MODEL), then the runs"
+        )
     result = compare(reports, threshold_pct=threshold)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.report.model import Threshold
+from gpulab.validation.precision_plan import PrecisionPlan
 from gpulab.workloads.base import RunConfig
+
+# The plan of the newest GPUs: what the rows follow when there is no GPU to plan for.
+NEWEST = PrecisionPlan("Hopper", 9.0, None, None, "newest architecture")
 
 # Workloads the speedup rows run (at the tier's workload size, gpulab.names.Tier.workload_size).
 SPEEDUP_WORKLOADS = ("style_transfer", "mnist", "cifar10", "chexnet", "resnet50")
@@ -39,14 +43,16 @@ class ScalingPlan:
     threshold: Threshold | None  # None: measured for comparison only (DataParallel)
 
 
-def scaling_plans(nvlink: bool) -> list[ScalingPlan]:
+def scaling_plans(nvlink: bool, plan: PrecisionPlan | None = None) -> list[ScalingPlan]:
     ddp_floor = 0.9 if nvlink else 0.75
+    resnet = (plan or NEWEST).training("resnet50")
+    style = (plan or NEWEST).training("style_transfer")
     return [
         ScalingPlan(
             "resnet50",
             "ddp",
-            "bf16",
-            True,
+            resnet.precision,
+            resnet.channels_last,
             Threshold(
                 name="scaling.ddp.min_efficiency",
                 value=ddp_floor,
@@ -55,12 +61,12 @@ def scaling_plans(nvlink: bool) -> list[ScalingPlan]:
                 basis=f"{ddp_floor:.0%} floor " + ("with NVLink" if nvlink else "over PCIe (gradients cross the host)"),
             ),
         ),
-        ScalingPlan("resnet50", "dataparallel", "bf16", True, None),
+        ScalingPlan("resnet50", "dataparallel", resnet.precision, resnet.channels_last, None),
         ScalingPlan(
             "style_transfer",
             "sweep",
-            "tf32",
-            True,
+            style.precision,
+            style.channels_last,
             Threshold(
                 name="scaling.sweep.min_efficiency",
                 value=0.9,
@@ -83,15 +89,13 @@ def mirrored_floor(nvlink: bool) -> Threshold:
     )
 
 
-def speedup_config(workload: str, size: str, framework: str = "torch") -> RunConfig:
-    """How a workload runs on one GPU for the speedup rows: bf16 autocast, channels_last where convolutions gain.
-
-    Style transfer runs TF32: its Gram matrices and losses stay fp32, so bf16 autocast only adds casts there.
-    MNIST's 28x28 single-channel input gains nothing from channels_last; TensorFlow is channels_last throughout.
+def speedup_config(workload: str, size: str, framework: str = "torch", plan: PrecisionPlan | None = None) -> RunConfig:
+    """How a workload runs on one GPU for the speedup rows: the precision and layout the GPU's plan chooses
+    (validation/precision_plan.py); without a GPU to plan for, the newest architecture's (bf16, TF32 for style
+    transfer). TensorFlow is channels_last throughout, so the flag is for torch only.
     """
-    precision = "tf32" if workload == "style_transfer" else "bf16"
-    channels_last = framework == "torch" and workload != "mnist"
-    return RunConfig(workload, precision=precision, channels_last=channels_last, size=size)
+    choice = (plan or NEWEST).training(workload, framework)
+    return RunConfig(workload, precision=choice.precision, channels_last=choice.channels_last, size=size)
 
 
 def cpu_config(cfg: RunConfig) -> RunConfig:

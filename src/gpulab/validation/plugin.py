@@ -11,16 +11,18 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpulab import names
+from gpulab import health, names, occupancy
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
+from gpulab.launch import progress
 from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
 from gpulab.report.model import Check, Status
 
@@ -44,11 +46,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--gpus", default="all", help="'all', the first N ('2'), or indices ('0,2', '3,')")
     group.addoption("--expect-gpus", type=int, default=None, help="fail unless this many GPUs are visible")
+    group.addoption(
+        "--allow-busy",
+        action="store_true",
+        help="time GPUs that other processes occupy: occupancy.gpus_free is then skipped, not failed, and the "
+        "timings include the contention",
+    )
     group.addoption("--report-dir", type=Path, default=Path("reports"), help="where report-*.json goes")
     group.addoption("--baseline", type=Path, default=None, help="compare this run against an earlier report")
     group.addoption("--threshold", default="5%", help="regression threshold for --baseline (default 5%%)")
     group.addoption("--from-xml", type=Path, default=None, help="judge a captured `nvidia-smi -q -x` file")
     group.addoption("--topo", type=Path, default=None, help="with --from-xml: a captured `nvidia-smi topo -m`")
+    group.addoption(
+        "--precision-plan",
+        metavar="ARCH",
+        default=None,
+        help="train the workload rows in the precisions chosen for this GPU architecture (pascal, volta, ...) "
+        "instead of the selected GPU's own",
+    )
     # No default: a fixed file such as <report-dir>/last-run.json would be shared by every run into that directory,
     # so a reader could take another (or an older) run's record for its own. Whoever reads the record names it.
     group.addoption(
@@ -88,7 +103,9 @@ def _options(config: pytest.Config) -> Options:
         threshold=config.getoption("--threshold"),
         from_xml=config.getoption("--from-xml"),
         topo_file=config.getoption("--topo"),
+        precision_plan=config.getoption("--precision-plan"),
         record=config.getoption("--record"),
+        allow_busy=config.getoption("--allow-busy"),
     )
     if opts.expect_gpus is not None and opts.expect_gpus < 0:
         raise pytest.UsageError(f"--expect-gpus {opts.expect_gpus}: give the number of GPUs this host should have")
@@ -131,13 +148,27 @@ def pytest_configure(config: pytest.Config) -> None:
         gpus = select_gpus(visible_to_cuda(base.gpus, env), opts.gpus)
     except GpulabError as err:
         raise pytest.UsageError(str(err)) from err
+    # Before any framework or probe touches a GPU: what else occupies the selected ones. An xdist worker's
+    # controller (its parent) and the other workers belong to the run as well.
+    root = os.getppid() if hasattr(config, "workerinput") else os.getpid()
+    seen = occupancy.look(gpus, opts.from_xml, ours=occupancy.own_pids(root) if opts.from_xml is None else ())
     if opts.from_xml is None:
         if gpus:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
         fp = discover(topo_file=opts.topo_file, probe_frameworks=True)
     else:
         fp = base  # a capture is judged on what it holds: nothing more is read from this machine
-    config.stash[LAB_KEY] = Lab(options=opts, fingerprint=fp, gpus=gpus)
+    lab = Lab(options=opts, fingerprint=fp, gpus=gpus, occupancy=seen, cuda_visible=env)
+    if seen.busy:
+        lab.messages.append(
+            occupancy.busy_line(
+                seen.busy,
+                "timings include the contention (--allow-busy)"
+                if opts.allow_busy
+                else "timing tests skipped (see occupancy.gpus_free)",
+            )
+        )
+    config.stash[LAB_KEY] = lab
     _stop_gracefully_on_sigterm()
 
 
@@ -158,8 +189,10 @@ def _lab(config: pytest.Config) -> Lab:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     lab = _lab(config)
-    no_gpu = pytest.mark.skip(reason=lab.fingerprint.gpu_absent_reason or "no GPU selected")
+    no_gpu = pytest.mark.skip(reason=lab.fingerprint.gpu_absent_reason or "no GPU selected (see gpus.selected)")
     one_gpu = pytest.mark.skip(reason=f"needs 2 or more GPUs, {len(lab.gpus)} selected")
+    looked = lab.occupancy
+    busy = {} if lab.options.allow_busy or looked is None else {g.index: g for g in looked.busy}
     captured = pytest.mark.skip(
         reason=f"judging a captured file ({lab.options.from_xml}): this measures the machine it runs on, "
         "which is not the captured host"
@@ -171,6 +204,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(one_gpu)
         elif "live" in item.keywords and lab.options.from_xml is not None:
             item.add_marker(captured)
+        elif (consequence := _needs_idle(item)) is not None:
+            looks = [busy[g.index] for g in _gpus_of(item, lab) if g.index in busy]
+            split = [n for n in (health.whole_gpu_notice(g) for g in _gpus_of(item, lab)) if n]
+            if looks:
+                item.add_marker(pytest.mark.skip(reason=occupancy.busy_line(looks, consequence)))
+            elif split and "live" in item.keywords:  # MIG instances or a vGPU slice: no whole GPU to time
+                item.add_marker(pytest.mark.skip(reason=split[0]))
+    # The run's preconditions lead, so their rows come first in the report.
+    items.sort(key=lambda item: item.path.name != "test_occupancy.py")
+
+
+# Fixtures through which validate/'s tests time work on a GPU: the probes, speedup, scaling and TensorFlow rows.
+_TIMING_FIXTURES = frozenset({"measured_rows", "one_gpu_baseline", "size", "tier"})
+# Tests that judge a GPU's idle state: a GPU that other work keeps busy is not idle.
+_IDLE_STATE_TESTS = frozenset({"test_no_throttling_at_idle"})
+
+
+def _needs_idle(item: pytest.Item) -> str | None:
+    """Why a GPU test needs its GPUs free of other work (the end of its skip line), or None when it does not."""
+    if "gpu" not in item.keywords and "multi_gpu" not in item.keywords:
+        return None
+    if "live" in item.keywords and _TIMING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "timing would measure the contention; --allow-busy runs them anyway"
+    if getattr(item, "originalname", item.name) in _IDLE_STATE_TESTS:
+        return "it is not idle, so its idle state cannot be judged; --allow-busy judges it anyway"
+    return None
+
+
+def _gpus_of(item: pytest.Item, lab: Lab) -> list[GpuInfo]:
+    """The selected GPUs a test runs on: its `gpu` parameter, the first one (one-GPU rows), or all of them."""
+    callspec = getattr(item, "callspec", None)
+    gpu = callspec.params.get("gpu") if callspec is not None else None
+    if isinstance(gpu, GpuInfo):
+        return [gpu]
+    if "multi_gpu" in item.keywords:
+        return list(lab.gpus)
+    return lab.gpus[:1]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -207,6 +277,29 @@ def verdict(request: pytest.FixtureRequest, lab: Lab) -> Callable[[Check], Check
         return check
 
     return judge
+
+
+PROGRESS_AFTER_S = 5.0  # a test that trains longer than this shows its steps, rate and time left
+PROGRESS_EVERY_S = 10.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """While a test trains, a line now and then on the terminal: which run, steps done, rate, time left."""
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not reporter.isatty():
+        return (yield)
+    started = time.monotonic()
+    shown = {"at": started + PROGRESS_AFTER_S - PROGRESS_EVERY_S}
+
+    def show(p: progress.Progress) -> None:
+        now = time.monotonic()
+        if now - shown["at"] >= PROGRESS_EVERY_S or (p.done == p.total and now - started > PROGRESS_AFTER_S):
+            shown["at"] = now
+            reporter.write_line(f"    {item.name}: {p.text()} ({now - started:.0f} s in this test)")
+
+    with progress.listening(show):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

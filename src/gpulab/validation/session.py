@@ -7,15 +7,19 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.model import Fingerprint, GpuInfo
+from gpulab.occupancy import Occupancy
 from gpulab.probes import judge
 from gpulab.report.model import Check, Report, Result
+
+if TYPE_CHECKING:
+    from gpulab.validation.precision_plan import PrecisionPlan
 
 
 @dataclass
@@ -28,7 +32,9 @@ class Options:
     threshold: str = "5%"
     from_xml: Path | None = None  # judge a captured `nvidia-smi -q -x` instead of live NVML
     topo_file: Path | None = None
+    precision_plan: str | None = None  # an architecture whose training precisions the rows follow (--precision-plan)
     record: Path | None = None  # where the run record goes (`--record`); none: no record
+    allow_busy: bool = False  # time GPUs that other work occupies (`--allow-busy`)
 
 
 RECORD_SCHEMA = "gpulab.run-record/1"
@@ -119,6 +125,9 @@ class Lab:
     # per test node id: the Check the test judged (its name, evidence, threshold), filled in by `verdict`
     judged: dict[str, Check] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)  # lines for the terminal summary
+    # What else occupied the selected GPUs before the run started its own GPU work (None: not looked at).
+    occupancy: Occupancy | None = None
+    cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES as the run found it (None: unset, or a capture)
 
     def __post_init__(self) -> None:
         self.report = Report(fingerprint=self.fingerprint.to_dict(), tier=self.options.tier)
@@ -149,6 +158,18 @@ class Lab:
             k = int(device.split(":")[1]) if ":" in device else 0
             return self.gpus[k] if k < len(self.gpus) else None
         return self.gpus[0] if self.gpus else None
+
+    @property
+    def precision_plan(self) -> PrecisionPlan | None:
+        """The precisions the workload rows train in: forced to an architecture, else the first selected GPU's."""
+        from gpulab.validation import precision_plan
+
+        if self.options.precision_plan:
+            return precision_plan.for_architecture(self.options.precision_plan)
+        gpu = self.gpus[0] if self.gpus else None
+        if gpu is None:
+            return None
+        return precision_plan.for_gpu(self.spec(gpu), gpu.compute_capability, gpu.architecture)
 
     @property
     def nvlink(self) -> bool:
@@ -182,7 +203,7 @@ class Lab:
 
         expected = {
             f"{p.workload}:{p.launcher}": {"efficiency": p.threshold.value, "source": p.threshold.source}
-            for p in scaling_plans(self.nvlink)
+            for p in scaling_plans(self.nvlink, self.precision_plan)
             if p.threshold is not None
         }
         self.report.speedups = scaling.speedups(self.report.results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpulab.launch.advice import gpu_busy_advice
 from gpulab.report.model import Check, Result, Threshold
 from gpulab.validation.expectations import MIN_GPU_OVER_ALL_CPU
 from gpulab.validation.live import Placement
@@ -61,12 +62,9 @@ def likely_cause(result: Result) -> str:
         return "No telemetry: check the GPU health checks."
     gpu = tel.per_gpu[0]
     causes = []
-    util = gpu.get("util_mean")
-    if util is not None and util < 60:
-        causes.append(
-            f"GPU busy only {util:.0f} % of the time: loader- or launch-bound "
-            "(more DataLoader workers, pinned memory, a larger batch)"
-        )
+    busy = gpu_busy_advice(result)
+    if busy:
+        causes.append(busy)
     throttles = set(gpu.get("throttle_reasons") or []) - {"gpu_idle", "applications_clocks_setting"}
     if throttles:
         causes.append("clocks throttled by " + ", ".join(sorted(throttles)))

@@ -106,8 +106,8 @@ class Params:
 
 
 class Numerics:
-    """Precision for a session's lifetime: TF32 off for fp32, on for tf32 and bf16 (bf16 runs under autocast);
-    cuDNN autotuning on CUDA. `close()` restores the previous settings."""
+    """Precision for a session's lifetime (gpulab.names decodes it): TF32 on or off, the autocast type, and for
+    fp16 a dynamic loss scaler; cuDNN autotuning on CUDA. `close()` restores the previous settings."""
 
     def __init__(self, precision: str, device: str) -> None:
         import torch
@@ -119,6 +119,8 @@ class Numerics:
         mode = names.precision(precision, training=True)
         self.tf32 = mode.tf32
         self.autocast_dtype = mode.autocast
+        # Dynamic loss scaling keeps fp16's small gradients from flushing to zero (torch.amp's recipe).
+        self.scaler = torch.amp.GradScaler(self.device_type) if mode.loss_scaling else None
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(tf32_mode(self.tf32))
         if self.device_type == "cuda":
@@ -133,8 +135,19 @@ class Numerics:
             return torch.autocast(device_type=self.device_type, dtype=getattr(torch, self.autocast_dtype))
         return contextlib.nullcontext()
 
+    def backward_step(self, loss: Any, optimizer: Any) -> None:
+        """Backward and optimiser step, through the loss scaler when the precision has one."""
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)  # skips the step when the scaled gradients overflowed
+        self.scaler.update()
+
     def facts(self) -> dict[str, Any]:
-        return {"precision": self.precision, "tf32": self.tf32, "autocast": "bf16" if self.autocast_dtype else None}
+        autocast = names.PRECISION_TABLE[self.precision].name if self.autocast_dtype else None
+        return {"precision": self.precision, "tf32": self.tf32, "autocast": autocast, "loss_scaling": bool(self.scaler)}
 
     def close(self) -> None:
         self._stack.close()
@@ -348,8 +361,7 @@ class ClassifierSession:
         with self._numerics.autocast():
             out = self.model(x)
         loss = self._loss_fn(out.float(), y)
-        loss.backward()
-        self._optimizer.step()
+        self._numerics.backward_step(loss, self._optimizer)
         self._steps_run += 1
         return loss.detach()
 

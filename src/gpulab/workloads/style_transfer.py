@@ -556,8 +556,7 @@ class StyleTransferSession(StyleSessionBase):
             loss = loss + weight * F.mse_loss(feats[i].float(), target)
         for i, scale, target in self._style:
             loss = loss + F.mse_loss(_gram(feats[i].float(), scale), target)
-        loss.backward()
-        self._optimizer.step()
+        self._numerics.backward_step(loss, self._optimizer)
         self._steps_run += 1
         self._last_loss = loss.detach()
         return self._last_loss

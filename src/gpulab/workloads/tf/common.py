@@ -15,6 +15,16 @@ from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 
+TF_PRECISIONS = tuple(p for p in names.TRAINING_PRECISIONS if not names.precision(p).loss_scaling)
+
+
+def tf_precision(precision: str) -> names.Precision:
+    """The precision decoded, refused when it needs loss scaling (not wired into these training steps)."""
+    mode = names.precision(precision, training=True)
+    if mode.loss_scaling:
+        raise GpulabError(f"TensorFlow rows train {', '.join(TF_PRECISIONS)}; {precision} runs with --framework torch")
+    return mode
+
 
 class TFNumerics:
     """fp32: TF32 off; tf32: TF32 on; bf16: TF32 on and the Keras policy "mixed_bfloat16" (variables fp32,
@@ -24,7 +34,7 @@ class TFNumerics:
         import keras
         import tensorflow as tf
 
-        mode = names.precision(precision, training=True)
+        mode = tf_precision(precision)
         self.precision = precision
         self.tf32 = mode.tf32
         self.bf16 = mode.autocast == "bfloat16"

@@ -1,0 +1,221 @@
+"""Known-good workload throughput per GPU model, built from real validation reports, with their provenance.
+
+A workload row (samples/s of a training run) has no datasheet figure to be judged against; the known-good row of
+the same GPU model, workload, framework, launcher, device count, precision, size, layout and batch gives it one:
+a healthy machine reaches at least `BOUND` of it.
+
+The shipped table (known_good.json beside this file) is derived, never edited by hand:
+
+    python -m gpulab.validation.known_good REPORT.json [REPORT.json ...] > src/gpulab/validation/known_good.json
+
+and tests/test_known_good.py rebuilds it from the reports in tests/fixtures/reports/ to keep the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.report.model import Check, Report, Result, Threshold
+
+SCHEMA = "gpulab.known-good/1"
+WORKLOAD_LAUNCHERS = ("gpu", "ddp", "dataparallel", "mirrored", "sweep")
+BOUND = Threshold(
+    name="workload.min_pct_of_known_good",
+    value=85.0,
+    unit="%",
+    source="gpulab default, against the GPU model's known-good row (gpulab/validation/known_good.json)",
+    basis="repeated runs on one healthy machine spread within 10 % (4331 and 3956 img/s for ResNet50 bf16 on "
+    "one H200); below 85 % is a real shortfall",
+)
+
+
+@dataclass(frozen=True)
+class KnownGood:
+    gpu_model: str
+    workload: str
+    framework: str
+    launcher: str
+    n: int
+    precision: str
+    size: str | None
+    channels_last: bool | None
+    batch: int | None
+    value: float  # the median of the report's measurements
+    unit: str
+    measurements: int
+    source: str  # the report it came from: file, host, date, gpulab version, driver
+
+    def key(self) -> tuple[Any, ...]:
+        return _key(
+            self.gpu_model,
+            self.workload,
+            self.framework,
+            self.launcher,
+            self.n,
+            self.precision,
+            self.size,
+            self.channels_last,
+            self.batch,
+        )
+
+
+def _key(*parts: Any) -> tuple[Any, ...]:
+    return tuple(parts)
+
+
+def result_key(gpu_model: str, result: Result) -> tuple[Any, ...]:
+    params = result.params
+    return _key(
+        gpu_model,
+        result.workload,
+        result.framework,
+        result.launcher,
+        result.n,
+        result.precision,
+        params.get("size"),
+        params.get("channels_last"),
+        result.batch,
+    )
+
+
+def gpu_model(report: Report) -> str | None:
+    """The report's GPU model, when every GPU of the run is the same model."""
+    names = {g.get("name") for g in report.fingerprint.get("gpus") or []}
+    return names.pop() if len(names) == 1 else None
+
+
+def _provenance(report: Report, label: str) -> str:
+    fp = report.fingerprint
+    software, host = fp.get("software") or {}, fp.get("host") or {}
+    torch = next((f.get("version") for f in software.get("frameworks") or [] if f.get("name") == "torch"), None)
+    return (
+        f"{label}: {len(fp.get('gpus') or [])}x {gpu_model(report)}, {report.created[:10]}, tier {report.tier}, "
+        f"driver {software.get('driver_version')}, torch {torch}, {host.get('os')} "
+        f"({host.get('hypervisor') or 'bare metal'})"
+    )
+
+
+def rows_from_report(report: Report, label: str) -> list[KnownGood]:
+    """The report's workload rows (samples/s) as known-good rows, repeated measurements as their median."""
+    model = gpu_model(report)
+    if model is None:
+        raise GpulabError(f"{label}: not one GPU model throughout; known-good rows need a uniform machine")
+    groups: dict[tuple[Any, ...], list[Result]] = {}
+    for r in report.results:
+        if r.launcher in WORKLOAD_LAUNCHERS and r.unit == "samples/s":
+            groups.setdefault(result_key(model, r), []).append(r)
+    source = _provenance(report, label)
+    rows = []
+    for key, results in groups.items():
+        model_, workload, framework, launcher, n, precision, size, channels_last, batch = key
+        rows.append(
+            KnownGood(
+                model_,
+                workload,
+                framework,
+                launcher,
+                n,
+                precision,
+                size,
+                channels_last,
+                batch,
+                value=round(statistics.median(r.value for r in results), 1),
+                unit=results[0].unit,
+                measurements=len(results),
+                source=source,
+            )
+        )
+    return sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))
+
+
+def build(paths: Sequence[Path]) -> dict[str, Any]:
+    from gpulab.report.io import load_report
+
+    rows = [row for path in paths for row in rows_from_report(load_report(path), Path(path).name)]
+    return {
+        "schema": SCHEMA,
+        "bound_pct": BOUND.value,
+        "rows": [asdict(r) for r in sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))],
+    }
+
+
+@cache
+def table() -> dict[tuple[Any, ...], KnownGood]:
+    data = json.loads(resources.files("gpulab.validation").joinpath("known_good.json").read_text(encoding="utf-8"))
+    return {row.key(): row for row in (KnownGood(**r) for r in data["rows"])}
+
+
+def models() -> list[str]:
+    return sorted({row.gpu_model for row in table().values()})
+
+
+def lookup(model: str | None, result: Result) -> KnownGood | None:
+    return table().get(result_key(model, result)) if model else None
+
+
+def judge(model: str | None, result: Result, threshold: Threshold = BOUND) -> Check:
+    """`result` against its GPU model's known-good row; a model or configuration without one says so."""
+    name = f"known_good.{result.framework}.{result.workload}[{result.launcher},{result.n},{result.precision}]"
+    row = lookup(model, result)
+    if row is None:
+        known = "; ".join(models())
+        why = f"{model} has no known-good rows" if model not in models() else "no known-good row for this configuration"
+        return Check(name, "skip", f"{why} (known: {known}): judged against the datasheet and the CPU only")
+    pct = 100 * result.value / row.value
+    result.params["known_good"] = {"value": row.value, "pct": round(pct, 1), "source": row.source}
+    message = (
+        f"{result.workload} {result.launcher}×{result.n} {result.precision}: {result.value:,.0f} {result.unit} = "
+        f"{pct:.0f} % of known-good {row.value:,.0f} ({row.gpu_model}, {row.source.split(':')[0]})"
+    )
+    evidence = {"value": result.value, "known_good": row.value, "pct": pct, "source": row.source}
+    if pct >= threshold.value:
+        return Check(name, "pass", message, evidence, threshold=threshold.name)
+    return Check(name, "fail", f"{message}; below {threshold.value:g} %", evidence, threshold=threshold.name)
+
+
+def as_report(model: str) -> Report:
+    """The known-good rows of `model` as a report to compare against (`gpulab compare --known-good MODEL`)."""
+    rows = [row for row in table().values() if row.gpu_model == model]
+    if not rows:
+        raise GpulabError(f"no known-good rows for {model!r}; known GPU models: {', '.join(models())}")
+    results = [
+        Result(
+            row.workload,
+            row.framework,
+            row.launcher,
+            row.n,
+            row.precision,
+            row.value,
+            row.unit,
+            device="cuda:0" if row.launcher == "gpu" else None,
+            batch=row.batch,
+            params={"size": row.size, "channels_last": row.channels_last, "source": row.source},
+        )
+        for row in rows
+    ]
+    return Report(
+        fingerprint={"hostname": f"known-good {model}", "gpus": [{"name": model}]},
+        tier="standard",
+        results=results,
+        command=f"known-good rows of {model}",
+    )
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    paths = [Path(p) for p in (list(argv) if argv is not None else sys.argv[1:])]
+    if not paths:
+        raise SystemExit("usage: python -m gpulab.validation.known_good REPORT.json [...] > known_good.json")
+    sys.stdout.write(json.dumps(build(paths), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

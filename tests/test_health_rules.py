@@ -1,0 +1,231 @@
+"""Each capture-judging rule on its own: product class, idle links, load, per-GPU captures, MIG, vGPU, PCI ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from capture_edits import H200_XML, write
+from gpulab import health
+from gpulab.errors import GpulabError
+from gpulab.hw.discover import fingerprint
+from gpulab.hw.model import EccErrors, Fingerprint, GpuInfo, MigDevice, PcieLink
+from gpulab.hw.smi_xml import parse_capture_text
+
+CAPTURES = Path(__file__).parent / "fixtures" / "captures"
+T4 = CAPTURES / "t4-passthrough.xml"
+CAP = "the capture x.xml"
+
+
+def _gpu(**kw: object) -> GpuInfo:
+    base = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-1", bus_id="0000:00:06.0", pci_device_id="10de:2335")
+    return dataclasses.replace(base, **kw)
+
+
+def _captured(tmp_path: Path, xml: str) -> Fingerprint:
+    return fingerprint(smi_xml=write(tmp_path / "x.xml", xml), probe_frameworks=False)
+
+
+# --- product class ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "brand", "status"),
+    [
+        ("NVIDIA GeForce RTX 4090", "GeForce", "skip"),
+        ("NVIDIA RTX A6000", "NVIDIA RTX", "skip"),
+        ("NVIDIA RTX 6000 Ada Generation", None, "skip"),
+        ("Graphics Device", "GeForce", "skip"),  # the brand tells what the name does not
+        ("NVIDIA H200", "NVIDIA", "fail"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX", "fail"),
+    ],
+)
+def test_ecc_off_is_judged_by_product_class(name, brand, status):
+    check = health.ecc(_gpu(name=name, product_brand=brand, pci_device_id="", ecc_enabled=False))
+    assert check.status == status
+    if status == "skip":
+        assert "ECC is off, as" in check.message and "cards ship" in check.message
+
+
+def test_consumer_without_ecc_says_so_and_errors_still_fail():
+    consumer = _gpu(name="NVIDIA GeForce RTX 3060", pci_device_id="10de:2487")
+    assert "a consumer card has no ECC" in health.ecc(consumer, CAP).message
+    broken = _gpu(name="NVIDIA RTX A5000", ecc_enabled=True, ecc_errors=EccErrors(volatile_uncorrected=2))
+    assert health.ecc(broken).status == "fail"  # a workstation card with ECC on and errors is still a fault
+
+
+def test_persistence_off_fails_only_on_data_centre_cards():
+    assert health.persistence(_gpu(persistence_mode=False)).status == "fail"
+    check = health.persistence(_gpu(name="NVIDIA GeForce RTX 3080", pci_device_id="", persistence_mode=False))
+    assert check.status == "skip" and "usual on a consumer card" in check.message
+    work = _gpu(name="NVIDIA RTX A5000", pci_device_id="", persistence_mode=False)
+    assert "usual on a workstation card" in health.persistence(work).message
+
+
+# --- PCIe link at idle --------------------------------------------------------------------------------
+
+
+def test_link_trained_down_in_idle_state_is_not_failed_without_a_load_reading():
+    idle = _gpu(pcie=PcieLink(1, 4, 8, 16), performance_state="P8", throttle_reasons=["gpu_idle"])
+    check = health.pcie_link(idle, None, CAP)
+    assert check.status == "skip"
+    assert "in idle state P8, and no reading under load" in check.message and "even under load" not in check.message
+    # Read under load it is judged: a narrow link then is a fault.
+    loaded = health.pcie_link(idle, PcieLink(4, 4, 8, 16))
+    assert loaded.status == "fail" and "x8 of x16" in loaded.message
+    # Out of an idle state a narrow link is what the slot gives.
+    assert health.pcie_link(dataclasses.replace(idle, performance_state="P0"), None, CAP).status == "fail"
+    # Speed alone at idle was never failed without a load reading.
+    slow = health.pcie_link(_gpu(pcie=PcieLink(1, 4, 16, 16), performance_state="P8"), None, CAP)
+    assert slow.status == "skip" and "even under load" not in slow.message
+
+
+# --- idle throttling needs an idle GPU ----------------------------------------------------------------
+
+
+def test_power_cap_under_load_is_not_idle_throttling():
+    busy = _gpu(throttle_reasons=["sw_power_cap"], utilization_gpu_pct=91.0, compute_processes=1)
+    check = health.idle_throttle(busy, CAP)
+    assert check.status == "skip" and "busy (91 % utilised, 1 compute process)" in check.message
+    held = _gpu(throttle_reasons=["sw_power_cap"], utilization_gpu_pct=0.0, compute_processes=2)
+    assert "busy (2 compute processes)" in health.idle_throttle(held, CAP).message
+    idle = _gpu(throttle_reasons=["sw_power_cap"], utilization_gpu_pct=0.0, compute_processes=0)
+    failed = health.idle_throttle(idle, CAP)
+    assert failed.status == "fail" and "power cap reached at idle" in failed.message
+
+
+def test_capture_that_does_not_show_the_gpu_idle_is_not_judged():
+    unknown = _gpu(throttle_reasons=["sw_power_cap"])  # no utilisation, no gpu_idle reason
+    check = health.idle_throttle(unknown, CAP)
+    assert check.status == "skip" and "does not show the GPU idle" in check.message
+    # A live reading is taken idle by its caller, as before.
+    assert health.idle_throttle(unknown).status == "fail"
+    # Nothing but benign reasons passes whatever the load.
+    assert health.idle_throttle(_gpu(throttle_reasons=[], utilization_gpu_pct=65.0), CAP).status == "pass"
+
+
+# --- per-GPU capture ----------------------------------------------------------------------------------
+
+
+def _keep_gpus(xml: str, keep: int) -> str:
+    """The capture with only its first `keep` <gpu> sections, as `nvidia-smi -q -x -i 0[,1...]` writes it."""
+    starts = [m.start() for m in re.finditer(r"<gpu id=", xml)]
+    end = xml.rindex("</gpu>") + len("</gpu>")
+    return xml[: starts[keep]] + xml[end:] if keep < len(starts) else xml
+
+
+def test_per_gpu_capture_is_accepted_and_said(tmp_path):
+    fp = _captured(tmp_path, _keep_gpus(H200_XML.read_text(), 1))
+    assert len(fp.gpus) == 1 and fp.capture_attached_gpus == 4
+    check = health.gpu_count(fp, None)
+    assert check.status == "skip" and "holds 1 of the host's 4 GPUs" in check.message
+    assert health.gpu_count(fp, 4).status == "pass"
+    whole = _captured(tmp_path, H200_XML.read_text())
+    assert whole.capture_attached_gpus is None
+
+
+def test_capture_with_no_gpu_section_is_still_refused():
+    xml = _keep_gpus(H200_XML.read_text(), 0)
+    with pytest.raises(GpulabError, match="4 GPUs attached but holds 0"):
+        parse_capture_text(xml, "x.xml")
+
+
+# --- MIG ----------------------------------------------------------------------------------------------
+
+
+def test_mig_helper_and_whole_gpu_notice():
+    plain = _gpu(mig_enabled=False)
+    assert not health.mig_enabled(plain) and health.whole_gpu_notice(plain) is None
+    assert health.whole_gpu(plain).status == "pass"
+    mig = _gpu(mig_enabled=True, mig_devices=[MigDevice(0, 1, 0, 14, 9856), MigDevice(1, 2, 0, 14, 9856)])
+    check = health.whole_gpu(mig)
+    assert check.status == "skip"
+    assert "MIG is enabled with 2 MIG instances (9856 MiB, 9856 MiB)" in check.message
+    assert "`nvidia-smi -i 0 -mig 0`" in check.message
+    assert health.idle_throttle(dataclasses.replace(mig, throttle_reasons=["sw_power_cap"])).status == "skip"
+
+
+# --- vGPU ---------------------------------------------------------------------------------------------
+
+
+def _as_vgpu(xml: str, tag: str = "gpu_virtualization_mode", mode_tag: str = "virtualization_mode") -> str:
+    """The T4 capture as a vGPU guest shows it: a profile name, VGPU mode and a licence block."""
+    xml = xml.replace("<product_name>Tesla T4</product_name>", "<product_name>GRID T4-4Q</product_name>")
+    xml = re.sub(
+        r"<gpu_virtualization_mode>.*?</gpu_virtualization_mode>",
+        f"<{tag}><{mode_tag}>VGPU</{mode_tag}></{tag}>",
+        xml,
+        flags=re.S,
+    )
+    licence = (
+        "<vgpu_software_licensed_product><licensed_product_name>NVIDIA RTX Virtual Workstation"
+        "</licensed_product_name><license_status>Licensed</license_status></vgpu_software_licensed_product>"
+    )
+    return xml.replace("</product_name>", "</product_name>" + licence, 1)
+
+
+@pytest.mark.parametrize(
+    ("tag", "mode_tag"),
+    [("gpu_virtualization_mode", "virtualization_mode"), ("GPU_Virtualization_Mode", "Virtualization_Mode")],
+)
+def test_vgpu_slice_is_recorded_and_judged_on_what_a_guest_sees(tmp_path, tag, mode_tag):
+    gpu = _captured(tmp_path, _as_vgpu(T4.read_text(), tag, mode_tag)).gpus[0]
+    assert gpu.virtualization_mode == "VGPU" and gpu.vgpu_licensed_product == "NVIDIA RTX Virtual Workstation"
+    assert health.vgpu_slice(gpu)
+    for check in (health.ecc(gpu, CAP), health.memory_retirement(gpu, CAP), health.pcie_link(gpu, None, CAP)):
+        assert check.status == "skip" and "vGPU guest" in check.message and "judge it on the host" in check.message
+    whole = health.whole_gpu(gpu)
+    assert whole.status == "skip" and "licensed as NVIDIA RTX Virtual Workstation" in whole.message
+
+
+def test_vgpu_profile_name_alone_marks_a_slice():
+    assert health.vgpu_slice(_gpu(name="NVIDIA L40S-2Q"))
+    assert not health.vgpu_slice(_gpu(name="NVIDIA A100-SXM4-80GB"))
+    assert not health.vgpu_slice(_gpu(name="NVIDIA L40S-2Q", virtualization_mode="Pass-Through"))
+
+
+# --- identity: PCI id, unknown GPUs -------------------------------------------------------------------
+
+
+def test_graphics_device_is_resolved_from_its_pci_id(tmp_path):
+    name = "<product_name>Graphics Device</product_name>"
+    xml = T4.read_text().replace("<product_name>Tesla T4</product_name>", name)
+    xml = re.sub(r"<product_architecture>[^<]*</product_architecture>", "", xml)
+    gpu = _captured(tmp_path, xml).gpus[0]
+    assert gpu.name == "Graphics Device" and gpu.pci_device_id == "10de:1eb8"
+    assert (gpu.matrix_name, gpu.architecture, gpu.compute_capability) == ("Tesla T4", "Turing", "7.5")
+
+
+def _unknown(xml: str, arch: str | None) -> str:
+    xml = xml.replace("<product_name>Tesla T4</product_name>", "<product_name>NVIDIA Imaginary X1</product_name>")
+    xml = xml.replace("1EB810DE", "FFF010DE")
+    replacement = f"<product_architecture>{arch}</product_architecture>" if arch else ""
+    return re.sub(r"<product_architecture>[^<]*</product_architecture>", replacement, xml)
+
+
+def test_unknown_gpu_is_judged_on_its_reported_architecture(tmp_path):
+    fp = _captured(tmp_path, _unknown(T4.read_text(), "Turing"))
+    gpu = fp.gpus[0]
+    assert gpu.matrix_name is None and (gpu.architecture, gpu.compute_capability) == ("Turing", "7.5")
+    check = health.stack_supports_gpus(fp)
+    assert check.status == "pass" and "NVIDIA Imaginary X1 (not in the matrix)" in check.message
+    # The same board on a driver branch without its architecture fails on what is known.
+    newer = _captured(tmp_path, _unknown(T4.read_text(), "Blackwell"))
+    failed = health.stack_supports_gpus(newer)
+    assert failed.status == "fail" and "does not support Blackwell" in failed.message
+    # Its other checks run as for any GPU: nothing needs the matrix.
+    assert health.ecc(gpu, CAP).status == "pass"
+
+
+def test_unknown_gpu_without_architecture_skips_spec_checks_with_one_line(tmp_path):
+    fp = _captured(tmp_path, _unknown(T4.read_text(), None))
+    assert fp.gpus[0].architecture is None and fp.gpus[0].compute_capability is None
+    check = health.stack_supports_gpus(fp)
+    assert check.status == "skip"
+    assert (
+        "GPU NVIDIA Imaginary X1 (not in the compatibility matrix; architecture and compute capability not "
+        "reported: spec-based checks skipped)" in check.message
+    )

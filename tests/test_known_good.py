@@ -1,0 +1,69 @@
+"""Known-good workload rows per GPU model: derived from real reports, judged against, compared with."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpulab.errors import GpulabError
+from gpulab.report.io import load_report
+from gpulab.validation import known_good
+
+REPORTS = sorted((Path(__file__).parent / "fixtures" / "reports").glob("*.json"))
+SHIPPED = Path(known_good.__file__).with_name("known_good.json")
+H200 = Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json"
+
+
+def test_the_shipped_table_is_what_the_real_reports_give():
+    assert json.loads(SHIPPED.read_text()) == known_good.build(REPORTS)
+
+
+def test_rows_carry_their_provenance_and_repeated_runs_their_median():
+    rows = {(r.workload, r.launcher, r.n): r for r in known_good.rows_from_report(load_report(H200), H200.name)}
+    resnet = rows[("resnet50", "gpu", 1)]
+    assert resnet.measurements == 2 and resnet.value == pytest.approx((4331.1 + 3956.2) / 2, abs=0.1)
+    assert resnet.source.startswith("h200x4-standard.json: 4x NVIDIA H200, 2026-11-22, tier standard, driver 580")
+    assert ("matmul", "gpu", 1) not in rows  # probes are judged against datasheets, not here
+
+
+def _row(report, workload):
+    return next(r for r in report.results if r.workload == workload and r.launcher == "gpu")
+
+
+def test_a_row_is_judged_against_its_models_known_good():
+    report = load_report(H200)
+    good = _row(report, "cifar10")
+    check = known_good.judge("NVIDIA H200", good)
+    assert check.status == "pass" and "100 % of known-good 15,819" in check.message
+    assert good.params["known_good"]["value"] == 15819.3
+    slow = dataclasses.replace(good, value=good.value * 0.8, params=dict(good.params))
+    check = known_good.judge("NVIDIA H200", slow)
+    assert check.status == "fail" and "80 % of known-good" in check.message and "below 85 %" in check.message
+    assert check.threshold == known_good.BOUND.name
+
+
+def test_no_known_good_row_says_so():
+    report = load_report(H200)
+    check = known_good.judge("Tesla P100-PCIE-16GB", _row(report, "mnist"))
+    assert check.status == "skip" and "Tesla P100-PCIE-16GB has no known-good rows" in check.message
+    other = dataclasses.replace(_row(report, "mnist"), precision="fp16")
+    assert "no known-good row for this configuration" in known_good.judge("NVIDIA H200", other).message
+
+
+def test_compare_takes_a_models_known_good_rows(tmp_path):
+    def gpulab(*args):
+        return subprocess.run([sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, timeout=120)
+
+    done = gpulab("compare", "--known-good", "NVIDIA H200", str(H200), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert "known-good NVIDIA H200" in json.dumps(rows)
+    bad = gpulab("compare", "--known-good", "Tesla K80", str(H200))
+    assert bad.returncode == 2 and "no known-good rows for 'Tesla K80'; known GPU models: NVIDIA H200" in bad.stderr
+    with pytest.raises(GpulabError):
+        known_good.as_report("Tesla K80")
