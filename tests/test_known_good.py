@@ -64,6 +64,9 @@ def test_compare_takes_a_models_known_good_rows(tmp_path):
     rows = json.loads(done.stdout)
     assert "known-good NVIDIA H200" in json.dumps(rows)
     bad = gpulab("compare", "--known-good", "Tesla K80", str(H200))
-    assert bad.returncode == 2 and "no known-good rows for 'Tesla K80'; known GPU models: NVIDIA H100 80GB HBM3, NVIDIA H200" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "no known-good rows for 'Tesla K80'; known GPU models: NVIDIA H100 80GB HBM3, NVIDIA H200" in bad.stderr
+    )
     with pytest.raises(GpulabError):
         known_good.as_report("Tesla K80")
