@@ -220,3 +220,37 @@ def test_nvswitch_topology(tmp_path):
     result = nvml.query(nv, root=tmp_path)
     assert result.topology == [["X", "NV18"], ["NV18", "X"]]
     assert {link.peer_bus_id for link in result.gpus[0].nvlinks} == {None}
+
+
+def test_brand_utilisation_processes_and_mig_from_nvml(tmp_path):
+    mig_handles = {(0, 0): "mig-0", (0, 1): "mig-1"}
+
+    def mig_handle(h, k):
+        if (h, k) not in mig_handles:
+            raise NVMLError_NotSupported("Not Found")
+        return mig_handles[(h, k)]
+
+    def memory(h, v=None):
+        total = 19968 if isinstance(h, str) else 81559
+        return SimpleNamespace(total=total * 2**20, used=3 * 2**20)
+
+    nv = fake_binding(
+        nvmlDeviceGetBrand=lambda h: 2 if h == 0 else 5,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=0 if h == 0 else 87, memory=5),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [] if h == 0 else [SimpleNamespace(pid=7)],
+        nvmlDeviceGetMigMode=lambda h: (1, 1) if h == 0 else not_supported(),
+        nvmlDeviceGetMaxMigDeviceCount=lambda h: 7,
+        nvmlDeviceGetMigDeviceHandleByIndex=mig_handle,
+        nvmlDeviceGetGpuInstanceId=lambda m: {"mig-0": 1, "mig-1": 2}[m],
+        nvmlDeviceGetComputeInstanceId=lambda m: 0,
+        nvmlDeviceGetMemoryInfo=memory,
+    )
+    g0, g1 = nvml.query(nv, root=tmp_path).gpus
+    assert (g0.product_brand, g1.product_brand) == ("Tesla", "GeForce")
+    assert (g0.utilization_gpu_pct, g1.utilization_gpu_pct) == (0.0, 87.0)
+    assert (g0.compute_processes, g1.compute_processes) == (0, 1)
+    assert g0.mig_enabled is True and [(d.index, d.gpu_instance_id, d.memory_total_mib) for d in g0.mig_devices] == [
+        (0, 1, 19968),
+        (1, 2, 19968),
+    ]
+    assert g1.mig_enabled is None and g1.mig_devices == []  # no MIG on that GPU: not reported, not "off"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, NvLinkInfo, PcieLink
+from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, MigDevice, NvLinkInfo, PcieLink
 from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
 from gpulab.hw.smi_xml import normalise_bus_id, split_pci_id
 
@@ -205,6 +205,37 @@ def _mib(num_bytes: Any) -> int | None:
     return int(num_bytes) // (1024 * 1024) if isinstance(num_bytes, int) else None
 
 
+# nvmlBrandType_t, as nvidia-smi's <product_brand> spells them
+_BRAND = {
+    1: "Quadro", 2: "Tesla", 3: "NVS", 4: "GRID", 5: "GeForce", 6: "Titan", 7: "NVIDIA Virtual Applications",
+    8: "NVIDIA Virtual PC", 9: "NVIDIA Virtual Compute Server", 10: "NVIDIA RTX Virtual Workstation",
+    11: "NVIDIA Cloud Gaming", 12: "Quadro RTX", 13: "NVIDIA RTX", 14: "NVIDIA", 15: "GeForce RTX", 16: "Titan RTX",
+}  # fmt: skip
+
+
+def _mig(nv: Any, handle: Any) -> tuple[bool | None, list[MigDevice]]:
+    """MIG mode (None where the GPU has none) and its instances, as `nvidia-smi -q` lists them."""
+    mode = _call(nv, "nvmlDeviceGetMigMode", handle)  # (current, pending); not supported: no MIG
+    if not mode:
+        return None, []
+    enabled = bool(mode[0])
+    devices: list[MigDevice] = []
+    for k in range(int(_call(nv, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0) if enabled else 0):
+        mig = _call(nv, "nvmlDeviceGetMigDeviceHandleByIndex", handle, k)
+        if mig is None:
+            continue
+        mem = _call(nv, "nvmlDeviceGetMemoryInfo", mig)
+        devices.append(
+            MigDevice(
+                index=k,
+                gpu_instance_id=_call(nv, "nvmlDeviceGetGpuInstanceId", mig),
+                compute_instance_id=_call(nv, "nvmlDeviceGetComputeInstanceId", mig),
+                memory_total_mib=_mib(getattr(mem, "total", None)),
+            )
+        )
+    return enabled, devices
+
+
 def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
     """The device record and how many of its active NVLinks end at an NVSwitch."""
     pci = _call(nv, "nvmlDeviceGetPciInfo_v3", handle) or _call(nv, "nvmlDeviceGetPciInfo", handle)
@@ -242,6 +273,10 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         nv, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), handle
     )
     links, to_switch = _nvlinks(nv, handle)
+    brand = _call(nv, "nvmlDeviceGetBrand", handle)
+    util = _call(nv, "nvmlDeviceGetUtilizationRates", handle)
+    procs = _call(nv, "nvmlDeviceGetComputeRunningProcesses", handle)
+    mig_enabled, mig_devices = _mig(nv, handle)
     info = GpuInfo(
         index=index,
         name=_str(_call(nv, "nvmlDeviceGetName", handle)) or "unknown",
@@ -289,6 +324,11 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         power_draw_w=power / 1000 if power is not None else None,
         power_limit_w=limit / 1000 if limit is not None else None,
         nvlinks=links,
+        product_brand=_BRAND.get(brand) if isinstance(brand, int) else None,
+        utilization_gpu_pct=float(util.gpu) if getattr(util, "gpu", None) is not None else None,
+        compute_processes=len(procs) if procs is not None else None,
+        mig_enabled=mig_enabled,
+        mig_devices=mig_devices,
     )
     return info, to_switch
 
