@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.paths import Output, check_outputs
-from gpulab.report.compare import MEDIAN_NOTE, compare, parse_threshold
+from gpulab.report.compare import MEDIAN_NOTE, MODES, compare, parse_threshold
 from gpulab.report.io import atomic_write_text, load_report
 from gpulab.report.render import rendered_paths, to_html, to_markdown
 
@@ -34,12 +35,16 @@ def add_commands(sub: Any) -> None:
 
     cmp_ = sub.add_parser(
         "compare",
-        help="compare reports against a baseline and flag regressions",
+        help="compare reports: a regression check on the same machine kind, side by side otherwise",
         description=(
-            "Compare reports: the first is the baseline. A measurement regresses when it is more than "
-            "--threshold percent below the baseline; a check that passed in the baseline and fails now "
-            "regresses too. Every measurement is kept: " + MEDIAN_NOTE + ", and the count and spread "
-            "(min–max) are shown. Exit 0: no regression, 1: regression, 2: bad input."
+            "Compare reports; the first is the baseline. The mode is printed first with the reason: 'same' when "
+            "every report has the same GPU models and counts (a regression check: a measurement regresses when "
+            "it is more than --threshold percent below the baseline, a check that passed and fails now regresses "
+            "too; a VM against its bare-metal host also shows the VM/host ratio per row), 'different' otherwise "
+            "(no verdict: speedups and scaling first, then throughputs with ratios, per GPU, per W where "
+            "telemetry has power, per $ with --price). Every measurement is kept: " + MEDIAN_NOTE + ". Checks "
+            "not run under the same name in every report are listed as not comparable. Exit 0: a comparison "
+            "or no regression; 1: a regression (same mode only); 2: bad input or nothing in common."
         ),
     )
     cmp_.add_argument("files", metavar="REPORT", nargs="+", type=Path, help="baseline, then others")
@@ -54,6 +59,23 @@ def add_commands(sub: Any) -> None:
         metavar="PCT",
         help="allowed drop in percent: '5%%' or '5' (default 5%%); write '0.5%%' for half a percent",
     )
+    cmp_.add_argument(
+        "--mode",
+        choices=MODES,
+        help="force the mode instead of reading it from the fingerprints (GPU models and counts)",
+    )
+    cmp_.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="LABEL=USD_PER_HOUR",
+        help="the hourly price of a report's machine, for per-dollar figures; LABEL is the report's file name "
+        "or its position (1 = first); repeatable",
+    )
+    cmp_.add_argument(
+        "--html", metavar="OUT", type=Path, help="also write the comparison as a self-contained HTML page"
+    )
+    cmp_.add_argument("--md", metavar="OUT", type=Path, help="also write the comparison as Markdown")
     cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp_.set_defaults(func=cmd_compare)
 
@@ -95,20 +117,58 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prices(texts: list[str], labels: list[str], paths: list[str]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for text in texts:
+        label, sep, number = text.rpartition("=")
+        try:
+            price = float(number)
+        except ValueError:
+            price = float("nan")
+        if not sep or not label or not math.isfinite(price) or price <= 0:
+            raise GpulabError(f"bad --price {text!r}: expected LABEL=USD_PER_HOUR, e.g. 'h100x1.json=2.49'")
+        if label.isdigit() and 1 <= int(label) <= len(labels):
+            out[int(label) - 1] = price
+            continue
+        found = [
+            i for i, (lab, path) in enumerate(zip(labels, paths, strict=True)) if label in (lab, path, Path(path).name)
+        ]
+        if not found:
+            raise GpulabError(f"bad --price {text!r}: no report {label!r}; the reports are {', '.join(labels)}")
+        out[found[0]] = price
+    return out
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    from gpulab.report import compare_render
+
     threshold = parse_threshold(args.threshold)
-    reports = [(str(path), load_report(path)) for path in args.files]
+    paths = [Path(p) for p in args.files]
+    outputs = [
+        (Output(path, f"--{fmt}", f"compare.{fmt}", "choose another path"), fmt)
+        for path, fmt in ((args.md, "md"), (args.html, "html"))
+        if path is not None
+    ]
+    check_outputs([out for out, _ in outputs], inputs=paths, kind="report")  # before any work
+    reports = [(str(path), load_report(path)) for path in paths]
+    sources = [str(path) for path in paths]
     if args.known_good:
         from gpulab.validation import known_good
 
         reports.insert(0, (f"known-good {args.known_good}", known_good.as_report(args.known_good)))
+        sources.insert(0, reports[0][0])
     if len(reports) < 2:
         raise GpulabError(
             "compare needs at least two reports: the baseline first (or --known-good GPU_MODEL), then the runs"
         )
-    result = compare(reports, threshold_pct=threshold)
+    prices = _prices(args.price, [label for label, _ in reports], sources)
+    result = compare(reports, threshold_pct=threshold, mode=args.mode, prices=prices)
+    render = {"md": compare_render.to_markdown, "html": compare_render.to_html}
+    texts = [(out.path, render[fmt](result)) for out, fmt in outputs]
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         sys.stdout.write(result.to_text())
+    for path, text in texts:
+        print(f"wrote {atomic_write_text(path, text)}", file=sys.stderr if args.json else sys.stdout)
     return 1 if result.regressions else 0

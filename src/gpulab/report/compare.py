@@ -4,6 +4,11 @@ fingerprint differences that may explain them.
 The first report is the baseline. Every measured value is "higher is better", so a row regresses when
 `value / baseline < 1 - threshold_pct / 100`.
 
+Which comparison applies is read from the fingerprints: reports of the same GPU model and count compare in
+"same" mode (a regression check; a VM against its bare-metal host also gets the VM/host ratio per row), any
+other pair in "different" mode (side by side, no verdict: speedups, throughputs per GPU, per watt and per
+dollar). `--mode` forces one.
+
 A report can hold several measurements of one row (the same configuration run and appended again). All of
 them are kept: a row compares the median of each report's measurements, so one outlier neither hides nor fakes
 a regression, and the count and the spread (min–max) are shown; a spread wider than the threshold is listed.
@@ -14,7 +19,7 @@ from __future__ import annotations
 import io
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +58,10 @@ def parse_threshold(text: str | float) -> float:
 
 def key_text(key: ResultKey) -> str:
     workload, framework, launcher, n, precision, device = key
-    return f"{workload}/{framework}/{launcher} n={n} {precision}" + (f" {device}" if device else "")
+    return f"{workload}/{framework}/{launcher} n={n or 'all'} {precision}" + (f" {device}" if device else "")
+
+
+MODES = ("same", "different")
 
 
 @dataclass
@@ -68,6 +76,20 @@ class Row:
     status: str  # "ok", "regression", "only in A", "missing in B, C", "unit differs", "no baseline value"
     regressed_in: list[str] = field(default_factory=list)
     measurements: list[list[float]] = field(default_factory=list)  # every value per report, in report order
+    ns: list[int | None] = field(default_factory=list)  # devices/threads each report used (different mode)
+    watts: list[float | None] = field(default_factory=list)  # mean board power over the row's GPUs, summed
+
+    def per_gpu(self, i: int) -> float | None:
+        """Report i's value per GPU: value / n for a row over several GPUs, the value itself otherwise."""
+        value = self.values[i]
+        n = self.ns[i] if i < len(self.ns) else self.key[3]
+        if value is None or self.key[2] == "cpu" or self.key[5] or not n or n <= 1:
+            return value
+        return value / n
+
+    def per_watt(self, i: int) -> float | None:
+        value, watts = self.values[i], self.watts[i] if i < len(self.watts) else None
+        return value / watts if value is not None and watts else None
 
     @property
     def regression(self) -> bool:
@@ -145,6 +167,42 @@ class Comparison:
     rows: list[Row]
     checks: list[CheckRow]
     notes: list[str]
+    mode: str = "same"
+    mode_reason: str = ""
+    speedups: list[SpeedupRow] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
+    not_comparable: list[str] = field(default_factory=list)  # check names not present in every report
+    vm: list[int | None] = field(default_factory=list)  # per report: +1 VM vs bare-metal baseline, -1 reverse
+    prices: dict[int, float] = field(default_factory=dict)  # report index -> USD per hour
+
+    @property
+    def mode_line(self) -> str:
+        what = "same machine kind" if self.mode == "same" else "different machines"
+        return f"mode: {what} ({self.mode_reason})"
+
+    def vm_ratio(self, row: Row, i: int) -> float | None:
+        """VM value / host value for report i against the baseline, when exactly one of them is a VM."""
+        side = self.vm[i] if i < len(self.vm) else None
+        ratio = row.ratios[i]
+        if not side or not ratio:
+            return None
+        return ratio if side > 0 else 1 / ratio
+
+    @property
+    def vm_overhead(self) -> list[str]:
+        """One line per VM-against-host pair: the virtualisation overhead (median VM/host ratio over the rows)."""
+        out = []
+        for i, label in enumerate(self.labels):
+            ratios = [r for r in (self.vm_ratio(row, i) for row in self.rows) if r is not None]
+            side = self.vm[i] if i < len(self.vm) else None
+            if i and side and ratios:
+                vm, host = (label, self.baseline) if side > 0 else (self.baseline, label)
+                med = statistics.median(ratios)
+                out.append(
+                    f"virtualisation overhead: VM {vm} / host {host} = {med:.3f} (median over {len(ratios)} rows, "
+                    f"{min(ratios):.3f}–{max(ratios):.3f}; VM/host column per row)"
+                )
+        return out
 
     @property
     def baseline(self) -> str:
@@ -152,8 +210,11 @@ class Comparison:
 
     @property
     def regressions(self) -> list[str]:
-        """One line per regression: a result below the threshold or a check that passed and now fails."""
-        out = []
+        """One line per regression: a result below the threshold or a check that passed and now fails (same
+        mode only; different machines get no verdict)."""
+        out: list[str] = []
+        if self.mode != "same":
+            return out
         for row in self.rows:
             for label in row.regressed_in:
                 i = self.labels.index(label)
@@ -191,6 +252,8 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        if self.mode != "same":
+            return "verdict: none (different machines are compared side by side, not judged)"
         regs = self.regressions
         if not regs:
             return f"verdict: no regression (threshold {self.threshold_pct:g} % below {self.baseline})"
@@ -205,6 +268,11 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "speedups": [sp.to_dict(self.labels) for sp in self.speedups],
+            "scaling": [sc.to_dict(self.labels) for sc in self.scaling],
+            "not_comparable_checks": self.not_comparable,
             "baseline": self.baseline,
             "reports": self.labels,
             "threshold_pct": self.threshold_pct,
@@ -219,12 +287,18 @@ class Comparison:
         }
 
     def to_text(self, width: int = 160) -> str:
-        """The comparison table, changed checks, fingerprint notes and the verdict line, as plain text."""
+        """The mode line first; then, for the same machine kind, the comparison table, changed checks,
+        fingerprint notes and the verdict line; for different machines the side-by-side sections."""
+        if self.mode != "same":
+            from gpulab.report.compare_render import to_text
+
+            return to_text(self, width)
         from rich.console import Console
         from rich.table import Table
 
         buf = io.StringIO()
         console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False)
+        console.print(self.mode_line, soft_wrap=True)
         table = Table(title=f"results (baseline: {self.baseline})", title_justify="left")
         for col in ("workload", "framework", "launcher", "n", "precision", "device", "unit"):
             table.add_column(col, justify="right" if col == "n" else "left")
@@ -232,6 +306,8 @@ class Comparison:
             table.add_column(label, justify="right", overflow="fold")
             if i:
                 table.add_column(f"{label} vs base", justify="right")
+                if self.vm[i]:
+                    table.add_column(f"{label} VM/host", justify="right")
         table.add_column("status")
         for row in self.rows:
             cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
@@ -239,15 +315,20 @@ class Comparison:
                 cells.append(row.cell(i))
                 if i:
                     cells.append(_ratio_pct(row.ratios[i]))
+                    if self.vm[i]:
+                        vm = self.vm_ratio(row, i)
+                        cells.append("-" if vm is None else f"{vm:.3f} ({_ratio_pct(vm)})")
             cells.append(row.status.upper() if row.regression else row.status)
             table.add_row(*cells)
         if self.rows:
             console.print(table)
             if self.repeated:
                 console.print(f"note: {MEDIAN_NOTE}", soft_wrap=True)
+            for line in self.vm_overhead:
+                console.print(line, soft_wrap=True)
         else:
             console.print("no results to compare")
-        changed = [c for c in self.checks if len({s for s in c.statuses}) > 1]
+        changed = [c for c in self.checks if len({s for s in c.statuses}) > 1 and c.name not in self.not_comparable]
         if changed:
             ctable = Table(title="checks that differ", title_justify="left")
             ctable.add_column("check", overflow="fold")
@@ -257,10 +338,11 @@ class Comparison:
             for c in changed:
                 ctable.add_row(c.name, *[s or "-" for s in c.statuses], "REGRESSION" if c.regression else "")
             console.print(ctable)
-        if self.notes:
-            console.print("fingerprint differences:")
-            for note in self.notes:
-                console.print(f"  - {note}", soft_wrap=True)
+        if self.not_comparable:
+            console.print(
+                f"not comparable (checks not run under the same name in every report): {_names(self.not_comparable)}",
+                soft_wrap=True,
+            )
         spreads = self.wide_spreads
         if spreads:
             console.print(f"repeated measurements more than {self.threshold_pct:g} % apart (check these runs):")
@@ -271,8 +353,23 @@ class Comparison:
             console.print("regressions:")
             for line in regs:
                 console.print(f"  - {line}", soft_wrap=True)
+        if self.notes:
+            console.print("fingerprint differences beside the verdict:")
+            for note in self.notes:
+                console.print(f"  - {note}", soft_wrap=True)
         console.print(self.verdict, soft_wrap=True)
         return buf.getvalue()
+
+
+def short_labels(labels: Sequence[str]) -> list[str]:
+    """Each label's file name where those are unique (for narrow tables), else the labels as they are."""
+    names = [label.rsplit("/", 1)[-1] for label in labels]
+    return names if len(set(names)) == len(names) else list(labels)
+
+
+def _names(names: Sequence[str], limit: int = 12) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _num(value: float | None) -> str:
@@ -296,11 +393,13 @@ def _unique_labels(labels: Sequence[str]) -> list[str]:
     return out
 
 
-def _index(results: Sequence[Result]) -> dict[ResultKey, list[Result]]:
+def _index(
+    results: Sequence[Result], keyer: Callable[[Result], ResultKey] = Result.key
+) -> dict[ResultKey, list[Result]]:
     """Every measurement per key, in report order (a repeated run is a second measurement, not a duplicate)."""
     out: dict[ResultKey, list[Result]] = {}
     for r in results:
-        out.setdefault(r.key(), []).append(r)
+        out.setdefault(keyer(r), []).append(r)
     return out
 
 
@@ -311,14 +410,202 @@ def _summary(keys: Sequence[ResultKey], limit: int = 6) -> str:
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Comparison:
-    """Compare reports against the first (the baseline); raises GpulabError when they share nothing."""
+def gpu_kind(fp: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """(GPU model, count) pairs of a fingerprint, sorted: what decides the comparison mode."""
+    counts: dict[str, int] = {}
+    for g in fp.get("gpus") or []:
+        counts[str(g.get("name"))] = counts.get(str(g.get("name")), 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+def choose_mode(labels: Sequence[str], reports: Sequence[Report], forced: str | None = None) -> tuple[str, str]:
+    """("same" | "different", why): same when every report has the same GPU models and counts.
+
+    A pseudo-report with no host in its fingerprint (`--known-good`) holds per-GPU rows: only its model counts.
+    """
+    fps = [rep.fingerprint for rep in reports]
+    kinds = [_gpu_models(fp) for fp in fps]
+    real = [gpu_kind(fp) for fp in fps if fp.get("host") is not None]
+    models = {tuple(name for name, _ in gpu_kind(fp)) for fp in fps}
+    # Reports without GPUs (CPU-only runs) are the same kind of machine when their CPUs are.
+    cpus = {_cpu_kind(fp) for fp in fps}
+    same = len(set(real)) <= 1 and len(models) == 1 and (bool(models - {()}) or len(cpus) == 1)
+    listed = "; ".join(f"{label}: {kind}" for label, kind in zip(short_labels(labels), kinds, strict=True))
+    if same:
+        hosts = [fp for fp in fps if fp.get("host") is not None] or fps
+        why = f"every report has {_gpu_models(hosts[0])}"
+    else:
+        why = f"GPU models or counts differ ({listed})"
+    if forced and forced not in MODES:
+        raise GpulabError(f"bad --mode {forced!r}: choose one of {', '.join(MODES)}")
+    if forced and forced != ("same" if same else "different"):
+        why = f"forced with --mode {forced}; the fingerprints say {'same' if same else 'different'}: {why}"
+    mode = forced or ("same" if same else "different")
+    if mode == "different":
+        why += "; no regression verdict, values side by side"
+    else:
+        why += "; regression check against the baseline"
+    return mode, why
+
+
+def _normal_key(r: Result) -> ResultKey:
+    """A row's key across different machines: all CPU threads as n=0, a per-GPU row as "each GPU"."""
+    workload, framework, launcher, n, precision, device = r.key()
+    if launcher == "cpu" and n > 1:
+        n = 0
+    if device.startswith("cuda:"):
+        device = "each GPU"
+    return (workload, framework, launcher, n, precision, device)
+
+
+def _watts(rs: Sequence[Result]) -> float | None:
+    """Median over a row's measurements of the summed mean board power of its GPUs."""
+    found = []
+    for r in rs:
+        per = (r.telemetry.per_gpu if r.telemetry else []) or []
+        powers = [float(g["power_mean_w"]) for g in per if isinstance(g.get("power_mean_w"), int | float)]
+        if powers:
+            found.append(sum(powers))
+    return statistics.median(found) if found else None
+
+
+def _stage(text: str) -> str:
+    """ "cpu:64 fp32" -> "cpu:all fp32": one CPU thread, all threads, or one GPU, whatever the machine."""
+    head, _, rest = text.partition(" ")
+    kind, _, n = head.partition(":")
+    if kind == "cpu" and n not in ("", "1"):
+        head = "cpu:all"
+    return f"{head} {rest}".strip()
+
+
+_STAGE_ORDER = {"cpu:1": 0, "cpu:all": 1, "gpu:1": 2}
+
+
+@dataclass
+class SpeedupRow:
+    """One speedup (one CPU thread -> all threads -> one GPU) across reports; `found[i]` = (from, to, ratio)."""
+
+    workload: str
+    framework: str
+    precision: str
+    step: str  # "cpu:1 -> cpu:all"
+    found: list[tuple[str, str, float] | None]
+
+    def cell(self, i: int) -> str:
+        f = self.found[i]
+        if f is None:
+            return "-"
+        return f"{f[2]:,.1f}x ({f[0]} -> {f[1]})" if "cpu:all" in self.step else f"{f[2]:,.1f}x"
+
+    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "framework": self.framework,
+            "precision": self.precision,
+            "step": self.step,
+            "found": {
+                label: {"from": f[0], "to": f[1], "ratio": f[2]} if f else None
+                for label, f in zip(labels, self.found, strict=True)
+            },
+        }
+
+
+@dataclass
+class ScalingRow:
+    """1 -> N scaling of one workload/launcher per report: (n, speedup, efficiency) at its largest n."""
+
+    workload: str
+    framework: str
+    launcher: str
+    precision: str
+    found: list[tuple[int, float, float] | None]
+
+    def cell(self, i: int) -> str:
+        f = self.found[i]
+        return "-" if f is None else f"1->{f[0]}: {f[1]:.2f}x ({f[2] * 100:.0f} % efficient)"
+
+    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "framework": self.framework,
+            "launcher": self.launcher,
+            "precision": self.precision,
+            "found": {
+                label: {"n": f[0], "speedup": f[1], "efficiency": f[2]} if f else None
+                for label, f in zip(labels, self.found, strict=True)
+            },
+        }
+
+
+def _speedups(reports: Sequence[Report]) -> list[SpeedupRow]:
+    keys: list[tuple[str, str, str, str]] = []
+    found: list[dict[tuple[str, str, str, str], tuple[str, str, float]]] = []
+    for rep in reports:
+        d: dict[tuple[str, str, str, str], tuple[str, str, float]] = {}
+        for sp in rep.speedups:
+            key = (sp.workload, sp.framework, sp.precision, f"{_stage(sp.from_)} -> {_stage(sp.to)}")
+            d.setdefault(key, (sp.from_, sp.to, sp.ratio))
+            if key not in keys:
+                keys.append(key)
+        found.append(d)
+
+    def order(key: tuple[str, str, str, str]) -> tuple[str, int, int, str]:
+        a, _, b = key[3].partition(" -> ")
+        return (key[0], _STAGE_ORDER.get(b.split()[0], 9), _STAGE_ORDER.get(a.split()[0], 9), key[2])
+
+    return [SpeedupRow(*key, found=[d.get(key) for d in found]) for key in sorted(keys, key=order)]
+
+
+def _scaling(reports: Sequence[Report]) -> list[ScalingRow]:
+    keys: list[tuple[str, str, str, str]] = []
+    found: list[dict[tuple[str, str, str, str], tuple[int, float, float]]] = []
+    for rep in reports:
+        d: dict[tuple[str, str, str, str], tuple[int, float, float]] = {}
+        for sc in rep.scaling:
+            key = (sc.workload, sc.framework, sc.launcher, sc.precision)
+            if sc.n > 1 and (key not in d or sc.n > d[key][0]):
+                d[key] = (sc.n, sc.speedup, sc.efficiency)
+            if sc.n > 1 and key not in keys:
+                keys.append(key)
+        found.append(d)
+    keys.sort(key=lambda k: (k[2] == "cpu", k))
+    return [ScalingRow(*key, found=[d.get(key) for d in found]) for key in keys]
+
+
+def _vm_sides(reports: Sequence[Report]) -> list[int | None]:
+    """Per report: +1 when it is a VM and the baseline bare metal, -1 the reverse, None otherwise."""
+
+    def is_vm(rep: Report) -> bool | None:
+        host = rep.fingerprint.get("host")
+        return None if host is None else bool(host.get("hypervisor"))
+
+    base = is_vm(reports[0])
+    out: list[int | None] = [None]
+    for rep in reports[1:]:
+        vm = is_vm(rep)
+        out.append(None if base is None or vm is None or vm == base else (1 if vm else -1))
+    return out
+
+
+def compare(
+    reports: list[tuple[str, Report]],
+    threshold_pct: float = 5.0,
+    mode: str | None = None,
+    prices: dict[int, float] | None = None,
+) -> Comparison:
+    """Compare reports against the first (the baseline); raises GpulabError when they share nothing.
+
+    `mode` "same" judges regressions; "different" lines the values up without a verdict; None reads it from
+    the fingerprints. `prices` maps a report's index to its USD per hour (per-dollar figures).
+    """
     if len(reports) < 2:
         raise GpulabError("compare needs at least two reports: the baseline first, then the runs to compare")
     if not math.isfinite(threshold_pct) or not 0 <= threshold_pct < 100:
         raise GpulabError(f"bad threshold {threshold_pct!r}: it must be a percentage from 0 to below 100")
     labels = _unique_labels([label for label, _ in reports])
-    indexes = [_index(rep.results) for _, rep in reports]
+    mode, why = choose_mode(labels, [rep for _, rep in reports], mode)
+    keyer = Result.key if mode == "same" else _normal_key
+    indexes = [_index(rep.results, keyer) for _, rep in reports]
     base = indexes[0]
 
     base_checks = {c.name for c in reports[0][1].checks}
@@ -363,7 +650,7 @@ def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Co
                     continue
                 ratio = value / base_value
                 ratios[i] = ratio
-                if ratio < limit:
+                if ratio < limit and mode == "same":
                     regressed.append(labels[i])
         elif base_value is not None and len(units) == 1 and status == "ok":
             status = "no baseline value"
@@ -378,10 +665,17 @@ def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Co
                 status=status,
                 regressed_in=regressed,
                 measurements=measurements,
+                ns=[rs[0].n if rs else None for rs in found],
+                watts=[_watts(rs) for rs in found],
             )
         )
 
-    checks = _compare_checks(labels, [rep.checks for _, rep in reports])
+    all_checks = [rep.checks for _, rep in reports]
+    checks = _compare_checks(labels, all_checks)
+    not_comparable = [c.name for c in checks if any(s is None for s in c.statuses)]
+    if mode != "same":
+        for c in checks:
+            c.regressed_in = []
     notes: list[str] = []
     base_fp = reports[0][1].fingerprint
     for label, (_, rep) in zip(labels[1:], reports[1:], strict=True):
@@ -389,7 +683,20 @@ def compare(reports: list[tuple[str, Report]], threshold_pct: float = 5.0) -> Co
         if len(reports) > 2:
             found_notes = [f"{label} vs {labels[0]}: {n}" for n in found_notes]
         notes += found_notes
-    return Comparison(labels=labels, threshold_pct=threshold_pct, rows=rows, checks=checks, notes=notes)
+    return Comparison(
+        labels=labels,
+        threshold_pct=threshold_pct,
+        rows=rows,
+        checks=checks,
+        notes=notes,
+        mode=mode,
+        mode_reason=why,
+        speedups=_speedups([rep for _, rep in reports]),
+        scaling=_scaling([rep for _, rep in reports]),
+        not_comparable=not_comparable,
+        vm=_vm_sides([rep for _, rep in reports]) if mode == "same" else [None] * len(reports),
+        prices=dict(prices or {}),
+    )
 
 
 def _compare_checks(labels: Sequence[str], checks: Sequence[Sequence[Check]]) -> list[CheckRow]:
@@ -435,6 +742,11 @@ def _link(pcie: dict[str, Any] | None, which: str) -> str:
     if gen is None and width is None:
         return "unknown"
     return f"gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+def _cpu_kind(fp: dict[str, Any]) -> tuple[str, int]:
+    cpu = (fp.get("host") or {}).get("cpu") or {}
+    return str(cpu.get("model")), int(cpu.get("threads") or 0)
 
 
 def _platform(fp: dict[str, Any]) -> str:
