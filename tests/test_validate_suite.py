@@ -236,7 +236,16 @@ def test_interrupted_run_still_writes_its_report(tmp_path, stop):
         "-k",
         "cpu_memory_copy or sleeper",
     ]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # As a terminal's foreground job: Ctrl-C deliverable even when this test runs where SIGINT is ignored
+    # (a background job of a non-interactive shell), which the child would otherwise inherit.
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
