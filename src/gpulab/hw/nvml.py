@@ -8,7 +8,8 @@ the decoding logic can be tested without a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,10 +241,7 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
     """The device record and how many of its active NVLinks end at an NVSwitch."""
     pci = _call(nv, "nvmlDeviceGetPciInfo_v3", handle) or _call(nv, "nvmlDeviceGetPciInfo", handle)
     bus = _str(getattr(pci, "busId", None)) or ""
-    # v2 counts driver-reserved memory apart from `used`, as nvidia-smi does; v1 folds it into used.
-    mem_v2 = getattr(nv, "nvmlMemory_v2", None)
-    mem = _call(nv, "nvmlDeviceGetMemoryInfo", handle, mem_v2) if mem_v2 else None
-    mem = mem or _call(nv, "nvmlDeviceGetMemoryInfo", handle)
+    mem = _memory_info(nv, handle)
     ecc_mode = _call(nv, "nvmlDeviceGetEccMode", handle)
     corrected = _const(nv, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
     uncorrected = _const(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
@@ -392,8 +390,16 @@ def query(nv: Any | None = None, root: Path = Path("/")) -> NvmlResult:
         _call(nv, "nvmlShutdown")
 
 
-def gpu_processes(index: int, nv: Any | None = None) -> list[tuple[int, int | None]]:
-    """(pid, used MiB) of compute processes on GPU `index`; used is None where NVML cannot tell."""
+def _memory_info(nv: Any, handle: Any) -> Any:
+    """Device memory; v2 counts driver-reserved memory apart from `used`, as nvidia-smi does (v1 folds it in)."""
+    mem_v2 = getattr(nv, "nvmlMemory_v2", None)
+    mem = _call(nv, "nvmlDeviceGetMemoryInfo", handle, mem_v2) if mem_v2 else None
+    return mem or _call(nv, "nvmlDeviceGetMemoryInfo", handle)
+
+
+@contextlib.contextmanager
+def _initialised(nv: Any | None) -> Iterator[Any]:
+    """NVML loaded (unless given) and initialised for the block, shut down after; GpulabError when it cannot be."""
     if nv is None:
         nv, problem = load_nvml()
         if nv is None:
@@ -403,18 +409,20 @@ def gpu_processes(index: int, nv: Any | None = None) -> list[tuple[int, int | No
     except nv.NVMLError as err:
         raise GpulabError(f"{ABSENT}{_init_problem(nv, err)}") from err
     try:
+        yield nv
+    finally:
+        _call(nv, "nvmlShutdown")
+
+
+def gpu_processes(index: int, nv: Any | None = None) -> list[tuple[int, int | None]]:
+    """(pid, used MiB) of compute processes on GPU `index`; used is None where NVML cannot tell."""
+    with _initialised(nv) as nv:
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
             procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
         except nv.NVMLError as err:
             raise GpulabError(f"cannot list processes on GPU {index}: {err}") from err
-        out: list[tuple[int, int | None]] = []
-        for proc in procs:
-            used = getattr(proc, "usedGpuMemory", None)
-            out.append((int(proc.pid), _mib(used)))
-        return out
-    finally:
-        _call(nv, "nvmlShutdown")
+        return [(int(proc.pid), _mib(getattr(proc, "usedGpuMemory", None))) for proc in procs]
 
 
 @dataclass
@@ -485,16 +493,8 @@ def device_use(
     """
     import time
 
-    if nv is None:
-        nv, problem = load_nvml()
-        if nv is None:
-            raise GpulabError(f"{ABSENT}{problem}")
-    try:
-        nv.nvmlInit()
-    except nv.NVMLError as err:
-        raise GpulabError(f"{ABSENT}{_init_problem(nv, err)}") from err
     pause = sleep or time.sleep
-    try:
+    with _initialised(nv) as nv:
         out: list[DeviceUse] = []
         handles: list[Any] = []
         for index in indices:
@@ -503,10 +503,7 @@ def device_use(
             if handle is None:
                 use.problem = f"NVML gives no handle for GPU {index}"
             else:
-                # v2 leaves driver-reserved memory out of `used`, as nvidia-smi does; v1 counts it as used.
-                mem_v2 = getattr(nv, "nvmlMemory_v2", None)
-                mem = _call(nv, "nvmlDeviceGetMemoryInfo", handle, mem_v2) if mem_v2 else None
-                mem = mem or _call(nv, "nvmlDeviceGetMemoryInfo", handle)
+                mem = _memory_info(nv, handle)
                 use.total_mib = _mib(getattr(mem, "total", None))
                 use.used_mib = _mib(getattr(mem, "used", None))
                 use.processes, use.processes_listed = _processes(nv, handle)
@@ -521,5 +518,3 @@ def device_use(
                 if isinstance(gpu, int):
                     use.utilisation_pct.append(gpu)
         return out
-    finally:
-        _call(nv, "nvmlShutdown")

@@ -325,6 +325,13 @@ def loss_value(loss: Any) -> float | None:
         return None
 
 
+def loss_facts(last: float | None, first: float | None) -> tuple[float | None, bool | None, float | None]:
+    """(last loss, whether it is finite, first loss) as a run records them: a NaN or inf loss is None."""
+    finite = math.isfinite(last) if last is not None else None
+    first_ok = first is not None and math.isfinite(first)
+    return (last if finite else None), finite, (first if first_ok else None)
+
+
 def timed_loop(
     session: Session,
     warmup: int,
@@ -358,18 +365,16 @@ def timed_loop(
         barrier()
     seconds = time.perf_counter() - start
     wall_end = time.time()
-    value = loss_value(loss)
-    finite = math.isfinite(value) if value is not None else None
-    first_value = loss_value(first)
+    final_loss, finite, first_loss = loss_facts(loss_value(loss), loss_value(first))
     return LoopTiming(
         seconds=seconds,
         steps=steps,
         samples=int(session.samples_per_step) * steps,
         wall_start=wall_start,
         wall_end=wall_end,
-        loss=value if finite else None,
+        loss=final_loss,
         loss_finite=finite,
-        first_loss=first_value if first_value is not None and math.isfinite(first_value) else None,
+        first_loss=first_loss,
         warmup_peak_mib=warmup_peak,
     )
 

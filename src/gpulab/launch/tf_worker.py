@@ -10,7 +10,6 @@ timed, and the Result (framework "tensorflow") is written as JSON with the timed
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
-from gpulab.launch.common import jsonable, launch_params, loss_value, make_result
+from gpulab.launch.common import jsonable, launch_params, loss_facts, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
 
@@ -85,9 +84,7 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     finish = dict(session.finish() or {})
     per_replica = int(session.samples_per_step) // replicas
     plan = plan.resolved(per_replica)
-    finite = math.isfinite(value) if value is not None else None
-    final_loss = value if finite else None
-    first_loss = first_value if first_value is not None and math.isfinite(first_value) else None
+    final_loss, finite, first_loss = loss_facts(value, first_value)
     params = launch_params(
         cfg, plan, session.info, finish, final_loss, finite, first_loss, tensorflow=tf.__version__, threads=threads
     )
