@@ -121,6 +121,10 @@ def _options(config: pytest.Config) -> Options:
             input_file(opts.from_xml, "--from-xml", "capture one with `nvidia-smi -q -x > FILE`")
         if opts.topo_file is not None:
             input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
+        if opts.precision_plan is not None:
+            from gpulab.validation.precision_plan import for_architecture
+
+            for_architecture(opts.precision_plan)  # an unknown architecture is refused before the first test
         if opts.record is not None:
             inputs = [p for p in (opts.baseline, opts.from_xml, opts.topo_file) if p is not None]
             check_output(Output(opts.record, "--record", "run.json"), inputs)
