@@ -1,5 +1,5 @@
-"""`gpulab` command line: info | matrix | report | compare | run | sweep | vm (each package registers its own
-subcommands)."""
+"""`gpulab` command line: info | matrix | report | compare | run | sweep | study | vm (each package registers its
+own subcommands)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gpulab.hw import commands as hw_commands
     from gpulab.launch import commands as launch_commands
     from gpulab.report import commands as report_commands
+    from gpulab.studies import commands as study_commands
     from gpulab.vm import commands as vm_commands
 
-    for module in (hw_commands, compat_commands, report_commands, launch_commands, vm_commands):
+    for module in (hw_commands, compat_commands, report_commands, launch_commands, study_commands, vm_commands):
         module.add_commands(sub)
     return parser
 

@@ -338,13 +338,19 @@ def timed_loop(
     devices: Sequence[str],
     barrier: Callable[[], None] | None = None,
     before_timed: Callable[[], None] | None = None,
+    losses: list[Any] | None = None,
 ) -> LoopTiming:
-    """Warm up, then time `session.steps` steps with synchronisation only at the two ends."""
+    """Warm up, then time `session.steps` steps with synchronisation only at the two ends.
+
+    With `losses`, every step's loss (warm-up included) is appended to it as the step returns it, unread: the
+    caller reads the curve after the clock stopped (a study's convergence record)."""
     loss = first = None
     tracker = Tracker("warm-up", warmup, int(session.samples_per_step))
     for k in range(warmup):
         loss = session.step()
         first = loss if first is None else first
+        if losses is not None:
+            losses.append(loss)
         tracker.step(k + 1)
     sync(devices)
     warmup_peak = memory_peaks_mib(devices, reset=True) if _cuda(devices) else None
@@ -359,6 +365,8 @@ def timed_loop(
     for k in range(steps):
         loss = session.step()
         first = loss if first is None else first  # a reference only: read after the clock stops
+        if losses is not None:
+            losses.append(loss)
         tracker.step(k + 1)
     sync(devices)
     if barrier is not None:

@@ -62,8 +62,11 @@ def run_session(
     wrapper: Callable[[Any], Any] | None = None,
     sync_devices: list[str] | None = None,
     before_timed: Callable[[], None] | None = None,
+    losses: list[Any] | None = None,
 ) -> tuple[Session, LoopTiming, dict[str, Any]]:
-    """Build the Session for `device`, wrap its model, warm up, time it; returns (session, timing, finish facts)."""
+    """Build the Session for `device`, wrap its model, warm up, time it; returns (session, timing, finish facts).
+
+    `losses` collects every step's loss (see timed_loop)."""
     for each in sync_devices or [device]:
         set_cuda_flags(each)
     session = resolve_builder(builder)(plan.device_config(cfg), device)
@@ -74,7 +77,7 @@ def run_session(
                 "run it with --launcher gpu, or over several GPUs with `gpulab sweep`"
             )
         session.wrap(wrapper)
-    timing = timed_loop(session, cfg.warmup, sync_devices or [device], before_timed=before_timed)
+    timing = timed_loop(session, cfg.warmup, sync_devices or [device], before_timed=before_timed, losses=losses)
     finish = session.finish() or {}
     return session, timing, dict(finish)
 

@@ -15,6 +15,7 @@ import hashlib
 import math
 import os
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,38 @@ def load_vgg_weights(features: Any, path: Path) -> str:
     return f"{path} sha256:{digest}"
 
 
+_READY: OrderedDict[tuple[Any, ...], tuple[Any, str]] = OrderedDict()
+_READY_KEPT = 2  # e.g. a study varying max and avg pooling
+
+
+def ready_features(layers: int, pooling: str, weights: Path | None, device: str, memory_format: Any) -> tuple[Any, str]:
+    """VGG19's first `layers` modules on `device`, frozen, and what their weights are ("random" or file + digest).
+
+    Kept for the next session of this process: a study's long-lived worker builds, loads and moves them once
+    rather than once per run (a 548 MB weights file costs about a second). Nothing changes them: they are frozen
+    and only the image is optimised. Random weights come from a fixed seed, so every run sees the same network and
+    a run's seed draws only its start image.
+    """
+    import torch
+
+    stat = weights.stat() if weights is not None else None
+    key = (layers, pooling, str(weights), stat and (stat.st_size, stat.st_mtime_ns), device, str(memory_format))
+    if key in _READY:
+        _READY.move_to_end(key)
+        return _READY[key]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        features = vgg19_features(layers, pooling)
+    described = load_vgg_weights(features, weights) if weights is not None else "random"
+    features = features.to(device=device, memory_format=memory_format).eval()
+    for param in features.parameters():
+        param.requires_grad_(False)
+    _READY[key] = (features, described)
+    while len(_READY) > _READY_KEPT:
+        _READY.popitem(last=False)
+    return features, described
+
+
 def _gram(features: Any, scale: float) -> Any:
     _, channels, height, width = features.shape
     flat = features.reshape(channels, height * width)
@@ -476,13 +509,9 @@ class StyleTransferSession(StyleSessionBase):
         content_taps, style_taps = tap_weights(st, CONTENT_LAYERS, STYLE_LAYERS)
         layers = max([*content_taps, *style_taps]) + 1
 
-        features = vgg19_features(layers, st.pooling)
-        self._weights = load_vgg_weights(features, st.weights_path) if st.weights_path is not None else "random"
         channels_last = cfg.channels_last
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        features = features.to(device=device, memory_format=memory_format).eval()
-        for param in features.parameters():
-            param.requires_grad_(False)
+        features, self._weights = ready_features(layers, st.pooling, st.weights_path, device, memory_format)
         self._features = features
         self._taps = frozenset([*content_taps, *style_taps])
         std = torch.tensor(IMAGENET_STD)

@@ -1,0 +1,158 @@
+"""Where a study's runs execute: Dask workers, one per GPU, each pinned before anything imports a framework.
+
+Locally `gpulab study run` starts a Dask `SpecCluster` of `Nanny` processes, one per selected GPU with
+CUDA_VISIBLE_DEVICES set to that GPU's UUID (read through NVML, so the parent never opens a CUDA context), each
+with one thread: a worker runs one study run at a time and Dask's scheduler hands it the next. Without GPUs the
+workers are CPU processes of `threads` threads each. Across hosts, a Dask scheduler runs somewhere
+(`dask scheduler`), `gpulab study worker tcp://HOST:8786` starts the same pinned workers on every GPU host, and
+`gpulab study run --scheduler tcp://HOST:8786` sends the runs there. Scheduling is Dask's; gpulab only pins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.hw import cuda_visible
+from gpulab.studies.task import DEVICE_ENV, LABEL_ENV, THREADS_ENV
+
+QUIET = {"DASK_LOGGING__DISTRIBUTED": "error"}  # a worker's own start/stop lines are noise next to the study's
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker: its name, the device it owns as the study names it, and the environment that pins it."""
+
+    name: str
+    label: str
+    env: dict[str, str]
+
+    @property
+    def gpu(self) -> bool:
+        return self.env.get(DEVICE_ENV, "cpu").startswith("cuda")
+
+
+def visible_gpus() -> list[tuple[int, str, str]]:
+    """(NVML index, UUID, name) of the GPUs this process may use: NVML's, filtered by CUDA_VISIBLE_DEVICES."""
+    from gpulab.hw import nvml
+
+    if nvml.load_nvml()[0] is None:
+        return []
+    result = nvml.query()
+    gpus = [(g.index, g.uuid or "", g.name or "GPU") for g in result.gpus if g.uuid]
+    visible = cuda_visible.entries()
+    if visible is None:
+        return gpus
+    chosen = []
+    for entry in visible:
+        match = [g for g in gpus if (entry.isdigit() and g[0] == int(entry)) or g[1].startswith(entry)]
+        if not match:
+            break  # CUDA stops at the first entry it cannot resolve; so do we
+        chosen.append(match[0])
+    return chosen
+
+
+def slots(
+    workers: int | str, threads: int, *, host: str = "", gpus: list[tuple[int, str, str]] | None = None
+) -> list[Slot]:
+    """The workers to start here: one per GPU (all, or the first `workers`), else `workers` CPU processes."""
+    gpus = visible_gpus() if gpus is None else gpus
+    prefix = f"{host}-" if host else ""
+    if gpus:
+        if workers != "all" and int(workers) > len(gpus):
+            raise GpulabError(f"workers: {workers} asked for, but {len(gpus)} GPU(s) are visible; ask for {len(gpus)}")
+        chosen = gpus if workers == "all" else gpus[: int(workers)]
+        return [
+            Slot(
+                f"{prefix}gpu{index}",
+                f"gpu{index} {name} {uuid}",
+                {**QUIET, "CUDA_VISIBLE_DEVICES": uuid, DEVICE_ENV: "cuda:0", LABEL_ENV: f"gpu{index} {uuid}"},
+            )
+            for index, uuid, name in chosen
+        ]
+    cores = os.cpu_count() or 1
+    count = max(1, cores // threads) if workers == "all" else int(workers)
+    if count * threads > cores:
+        raise GpulabError(
+            f"{count} CPU workers × {threads} threads exceed the {cores} CPU cores; lower workers or threads"
+        )
+    env = {**QUIET, "CUDA_VISIBLE_DEVICES": "", DEVICE_ENV: "cpu", THREADS_ENV: str(threads)}
+    env.update(OMP_NUM_THREADS=str(threads), TF_NUM_INTRAOP_THREADS=str(threads))
+    return [Slot(f"{prefix}cpu{k}", f"cpu{k}", {**env, LABEL_ENV: f"cpu{k}"}) for k in range(count)]
+
+
+def _worker_options(slot: Slot) -> dict[str, Any]:
+    # One thread: one run at a time per device. No memory limit: a GPU run's host memory is not Dask's to police.
+    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name}
+
+
+@contextlib.contextmanager
+def local_client(chosen: list[Slot]) -> Iterator[Any]:
+    """A Dask client on a cluster of `chosen` workers on this machine, torn down on the way out."""
+    for key, value in QUIET.items():  # read when `distributed` is first imported, here and in the workers
+        os.environ.setdefault(key, value)
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    spec = {slot.name: {"cls": Nanny, "options": _worker_options(slot)} for slot in chosen}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}
+    with (
+        SpecCluster(workers=spec, scheduler=scheduler, silence_logs=logging.ERROR) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(len(chosen), timeout=300)
+        yield client
+
+
+@contextlib.contextmanager
+def remote_client(address: str, timeout_s: float = 30.0) -> Iterator[Any]:
+    """A Dask client on a running cluster; refused with the fix when it cannot be reached or has no workers."""
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=timeout_s)
+    except (OSError, TimeoutError) as err:
+        raise GpulabError(
+            f"--scheduler {address}: no Dask scheduler answers ({err}); start one with `dask scheduler` on that "
+            "host and `gpulab study worker ADDRESS` on each GPU host, or leave --scheduler out to run here"
+        ) from None
+    with client:
+        if not client.scheduler_info().get("workers"):
+            raise GpulabError(
+                f"--scheduler {address}: the scheduler has no workers; start `gpulab study worker {address}` on each "
+                "GPU host (one worker per GPU), then run the study again"
+            )
+        yield client
+
+
+def worker_labels(client: Any) -> list[str]:
+    """The cluster's workers by name (what each run's `worker` column holds)."""
+    return sorted(str(w.get("name")) for w in client.scheduler_info().get("workers", {}).values())
+
+
+def serve(address: str, chosen: list[Slot]) -> None:
+    """Run `chosen` pinned workers for the scheduler at `address` until they are stopped (Ctrl-C, or the cluster)."""
+    from distributed import Nanny
+
+    async def main() -> None:
+        nannies = [Nanny(address, **_worker_options(slot)) for slot in chosen]
+        try:
+            await asyncio.gather(*nannies)
+            await asyncio.gather(*(n.finished() for n in nannies))
+        finally:
+            await asyncio.gather(*(n.close() for n in nannies), return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    except (OSError, TimeoutError) as err:
+        raise GpulabError(f"cannot join the Dask scheduler at {address}: {err}; check the address and port") from None
+
+
+def this_host() -> str:
+    return socket.gethostname().split(".")[0]

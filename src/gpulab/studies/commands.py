@@ -1,0 +1,172 @@
+"""`gpulab study list | run | resume | report | worker`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+
+SHIPPED = Path(__file__).parent / "files"
+
+
+def shipped() -> dict[str, Path]:
+    """The studies shipped with gpulab, by name (the file's stem)."""
+    return {p.stem: p for p in sorted(SHIPPED.glob("*.yml"))}
+
+
+def study_path(given: str) -> Path:
+    """A study file path, or the name of a shipped study."""
+    path = Path(given).expanduser()
+    if path.exists() or "/" in given or given.endswith((".yml", ".yaml")):
+        return path
+    known = shipped()
+    if given in known:
+        return known[given]
+    raise GpulabError(
+        f"{given!r} is neither a study file nor a shipped study; shipped: {', '.join(known)} (`gpulab study list`)"
+    )
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"study: {done}/{total} runs finished", file=sys.stderr, flush=True)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from gpulab.studies.spec import load_study
+
+    for name, path in shipped().items():
+        study = load_study(path)
+        variants = ", ".join(study_variants(path)) or "none"
+        print(f"{name:24} {study.title or study.workload}  (variants: {variants})")
+    return 0
+
+
+def study_variants(path: Path) -> list[str]:
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    return [str(v) for v in (data.get("variants") or {})]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpulab.studies.runner import load_recorded
+    from gpulab.studies.spec import load_study
+
+    if args.command_name == "resume":
+        study_dir = Path(args.study_dir)
+        study = load_recorded(study_dir)
+    else:
+        study = load_study(study_path(args.study), args.variant)
+        study_dir = Path(args.study_dir or f"study-{study.name}" + (f"-{study.variant}" if study.variant else ""))
+    if args.workers is not None:
+        import dataclasses
+
+        study = dataclasses.replace(study, workers=args.workers)
+    return _run(study, study_dir, resume=args.command_name == "resume", scheduler=args.scheduler, args=args)
+
+
+def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, args: argparse.Namespace) -> int:
+    from gpulab.studies.psets import parameter_sets
+    from gpulab.studies.report import write_report
+    from gpulab.studies.runner import run_study
+
+    total = len(parameter_sets(study))
+    where = scheduler or "this machine"
+    print(f"study {study.name}: {total} runs of {study.workload} on {where} → {study_dir}", file=sys.stderr)
+    try:
+        session = run_study(study, study_dir, resume=resume, scheduler=scheduler, progress=_progress)
+    except KeyboardInterrupt:
+        print(
+            f"study {study.name}: interrupted; finished runs are kept in {study_dir}, "
+            f"`gpulab study resume {study_dir}` runs the rest",
+            file=sys.stderr,
+        )
+        return 130
+    for note in session.notes:
+        print(f"study {study.name}: {note}", file=sys.stderr)
+    html, md = write_report(study_dir)
+    print(
+        f"study {study.name}: {session.ok} ok, {session.failed} failed of {session.runs} runs in "
+        f"{session.wall_s:.1f} s on {len(session.workers)} worker(s); report {html} and {md}"
+    )
+    return 1 if session.failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpulab.studies.report import write_report
+
+    html, md = write_report(Path(args.study_dir), html=args.html, md=args.md)
+    print(f"{html}\n{md}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from gpulab.studies import cluster
+
+    chosen = cluster.slots(args.workers, args.threads, host=cluster.this_host())
+    names = ", ".join(s.label for s in chosen)
+    print(f"study workers for {args.scheduler}: {names} (Ctrl-C stops them)", file=sys.stderr)
+    try:
+        cluster.serve(args.scheduler, chosen)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _count(text: str) -> int | str:
+    if text == "all":
+        return "all"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not all or a whole number ≥ 1")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == "all":
+        raise argparse.ArgumentTypeError("give a whole number ≥ 1")
+    return int(value)
+
+
+def add_commands(sub: Any) -> None:
+    study = sub.add_parser(
+        "study",
+        help="parameter studies and the original experiments: runs on long-lived workers, one per GPU",
+        description="Run a study file (or a shipped study) on Dask workers pinned one per GPU, here or across hosts; "
+        "every run is a row of a psweep database with its parameters, seed, loss curve, timings and status.",
+    )
+    verbs = study.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="the studies shipped with gpulab")
+    listing.set_defaults(func=cmd_list)
+
+    run = verbs.add_parser("run", help="run a study file or a shipped study")
+    run.add_argument("study", help="study file (YAML) or the name of a shipped study (gpulab study list)")
+    run.add_argument("--variant", help="a variant the file defines (e.g. tiny)")
+    run.add_argument("--study-dir", type=Path, help="where the database and runs go (default study-NAME[-VARIANT])")
+    run.set_defaults(func=cmd_run, command_name="run")
+
+    resume = verbs.add_parser("resume", help="run what a study directory is missing (failed or never run)")
+    resume.add_argument("study_dir", type=Path, help="the directory `gpulab study run` wrote")
+    resume.set_defaults(func=cmd_run, command_name="resume")
+    for verb in (run, resume):
+        verb.add_argument("--scheduler", help="a Dask scheduler (tcp://HOST:8786) whose workers run the study")
+        verb.add_argument("--workers", type=_count, help="workers to start here: all GPUs (default) or N")
+
+    report = verbs.add_parser("report", help="render a study directory's report (HTML and Markdown)")
+    report.add_argument("study_dir", type=Path)
+    report.add_argument("--html", type=Path, help="default STUDY_DIR/report.html")
+    report.add_argument("--md", type=Path, help="default STUDY_DIR/report.md")
+    report.set_defaults(func=cmd_report)
+
+    worker = verbs.add_parser("worker", help="serve a Dask scheduler with workers pinned one per GPU of this host")
+    worker.add_argument("scheduler", help="the scheduler's address, tcp://HOST:8786")
+    worker.add_argument("--workers", type=_count, default="all", help="all GPUs (default) or the first N")
+    worker.add_argument("--threads", type=_positive, default=1, help="threads per CPU worker (hosts without GPUs)")
+    worker.set_defaults(func=cmd_worker)

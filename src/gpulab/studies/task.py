@@ -1,0 +1,286 @@
+"""One run of a study, as psweep calls it on a worker: `run_pset(pset) -> the run's result columns`.
+
+A worker is a long-lived process pinned to one GPU (CUDA_VISIBLE_DEVICES set before anything imported a framework)
+or a CPU worker; torch, the CUDA context, cuDNN's autotuned kernels and the style-transfer network stay loaded from
+one run to the next, so a run costs its iterations plus well under a second. PyTorch runs on one device execute in
+the worker; other runs (TensorFlow, a launcher over the machine's GPUs) start `gpulab run` as a child process.
+
+A run never raises: an error becomes `status: failed` with the reason in `failure` (the traceback in the run's
+error.txt), and the study goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from gpulab import names
+from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
+
+DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
+LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
+THREADS_ENV = "GPULAB_STUDY_THREADS"  # CPU threads of a CPU worker
+META = ("study", "workload", "framework", "size", "precision", "launcher", "gpus", "repeat", "seed", "data")
+CURVE_POINTS = 200  # a loss curve is kept at up to this many points
+RESULT = "result.json"
+
+
+def workload_params(pset: dict[str, Any]) -> dict[str, Any]:
+    """The pset's workload parameters: what is neither book-keeping, a run field nor an epoch setting."""
+    skip = {*META, *RUN_FIELDS, *EPOCH_KEYS}
+    return {k: v for k, v in pset.items() if not k.startswith("_") and k not in skip and not _missing(v)}
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
+    """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
+    started = time.time()
+    run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    facts: dict[str, Any] = {"device": os.environ.get(LABEL_ENV, device), "worker": _worker_name()}
+    try:
+        if _in_worker(pset):
+            facts.update(_run_here(pset, run_dir, device))
+        else:
+            facts.update(_run_child(pset, run_dir))
+        facts.update(status="ok", failure=None)
+    except Exception as err:  # any run's failure is recorded, never raised: the study goes on
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        facts.update(status="failed", failure=_one_line(err))
+        _free_memory()
+    facts["wall_s"] = round(time.time() - started, 3)
+    timed = facts.get("timed_s")
+    facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
+    (run_dir / RESULT).write_text(json.dumps(_jsonable(facts), indent=1))
+    return facts
+
+
+def _in_worker(pset: dict[str, Any]) -> bool:
+    return pset.get("framework", names.DEFAULT_FRAMEWORK) == "torch" and pset.get("launcher", WORKER) == WORKER
+
+
+def _worker_name() -> str | None:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _one_line(err: BaseException) -> str:
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text}"[:500]
+
+
+def _free_memory() -> None:
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _precision(pset: dict[str, Any], device: str) -> tuple[str, bool]:
+    """(precision, channels_last): the pset's, or with `precision: plan` what the precision plan picks for this GPU."""
+    channels_last = bool(pset.get("channels_last", False))
+    precision = str(pset.get("precision", "plan"))
+    if precision != "plan":
+        return precision, channels_last
+    if not device.startswith("cuda"):
+        return "fp32", channels_last
+    import torch
+
+    from gpulab import compat
+    from gpulab.validation import precision_plan
+
+    major, minor = torch.cuda.get_device_capability(0)
+    plan = precision_plan.for_gpu(compat.gpu_by_name(torch.cuda.get_device_name(0)), f"{major}.{minor}", None)
+    if plan is None:
+        return "fp32", channels_last
+    choice = plan.training(str(pset["workload"]), str(pset.get("framework", names.DEFAULT_FRAMEWORK)))
+    return choice.precision, bool(pset.get("channels_last", choice.channels_last))
+
+
+def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
+    """The pset as a RunConfig; style transfer writes its image into the run's directory."""
+    from gpulab.workloads.base import RunConfig
+
+    precision, channels_last = _precision(pset, device)
+    params = workload_params(pset)
+    if pset["workload"] == "style_transfer" and "output" not in params:
+        params["output"] = str(run_dir / "output.png")
+    fields = {k: pset[k] for k in ("batch", "steps", "num_workers") if not _missing(pset.get(k))}
+    data = pset.get("data")
+    return RunConfig(
+        workload=str(pset["workload"]),
+        precision=precision,
+        channels_last=channels_last,
+        warmup=int(pset.get("warmup", 0) if not _missing(pset.get("warmup")) else 0),
+        size=str(pset.get("size", "standard")),
+        data=Path(data) if isinstance(data, str) else None,
+        seed=int(pset.get("seed", 0)),
+        params=params,
+        **fields,
+    )
+
+
+def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any]:
+    import torch
+
+    from gpulab.launch.common import plan_batch
+    from gpulab.launch.local import run_session, torch_threads
+
+    cfg = run_config(pset, run_dir, device)
+    threads = int(os.environ.get(THREADS_ENV, "1")) if device == "cpu" else None
+    if device.startswith("cuda"):
+        torch.cuda.set_device(0)
+        torch.cuda.reset_peak_memory_stats(0)
+    with torch_threads(threads):
+        if not _missing(pset.get("epochs")):
+            return _epochs_here(pset, cfg, device)
+        losses: list[Any] = []
+        session, timing, finish = run_session(cfg, device, plan_batch(cfg, 1), losses=losses)
+    facts: dict[str, Any] = {
+        "precision_used": cfg.precision,
+        "timed_s": round(timing.seconds, 4),
+        "steps_run": timing.steps + cfg.warmup,
+        "samples_per_s": timing.samples / timing.seconds if timing.seconds > 0 else None,
+        "final_loss": timing.loss,
+        "loss_curve": _curve(losses),
+        "output": _relative(finish.get("output"), run_dir),
+    }
+    if device.startswith("cuda"):
+        facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
+    del session
+    return facts
+
+
+def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
+    from gpulab.training.epochs import EpochSpec, train_epochs
+
+    given = {k: pset[k] for k in EPOCH_KEYS if not _missing(pset.get(k))}
+    if "weights" in given:
+        given["weights"] = Path(given["weights"])
+    record = train_epochs(cfg, device, EpochSpec(**given))
+    epochs = record.get("epochs") or []
+    return {
+        "precision_used": cfg.precision,
+        "timed_s": record.get("total_s"),
+        "samples_per_s": _mean([e.get("samples_per_s") for e in epochs]),
+        "final_loss": epochs[-1].get("train_loss") if epochs else None,
+        "loss_curve": [[e.get("epoch"), e.get("train_loss")] for e in epochs],
+        "metric": record.get("metric"),
+        "final_metric": record.get("final_metric"),
+        "best_metric": record.get("best_metric"),
+        "time_to_target_s": record.get("time_to_target_s"),
+        "epoch_records": epochs,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+def _curve(losses: list[Any]) -> list[list[Any]]:
+    """[[step, loss], ...] thinned to CURVE_POINTS (the last step always kept); read once, after the run."""
+    if not losses or losses[0] is None:
+        return []
+    import torch
+
+    values = torch.stack([loss.detach().float().reshape(()) for loss in losses]).cpu().tolist()
+    every = max(1, math.ceil(len(values) / CURVE_POINTS))
+    kept = [(k + 1, v) for k, v in enumerate(values) if k % every == 0 or k == len(values) - 1]
+    return [[step, v if math.isfinite(v) else None] for step, v in kept]
+
+
+def _relative(path: Any, run_dir: Path) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(run_dir.parent.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
+    """The `gpulab run` line for a run that is not executed in a worker (TensorFlow, a multi-GPU launcher)."""
+    launcher = str(pset.get("launcher", WORKER))
+    cmd = [sys.executable, "-m", "gpulab", "run", str(pset["workload"]), "--framework", str(pset["framework"])]
+    if launcher == WORKER:
+        device = os.environ.get(DEVICE_ENV, "cpu")
+        launcher = "gpu" if device.startswith("cuda") else "cpu"
+    cmd += ["--launcher", launcher, "--size", str(pset.get("size", "standard")), "--seed", str(pset.get("seed", 0))]
+    gpus = pset.get("gpus")
+    if launcher not in ("cpu", "gpu") and isinstance(gpus, (int, float, str)) and not _missing(gpus):
+        cmd += ["--gpus", str(_gpu_count() if gpus == "all" else int(gpus))]
+    precision = str(pset.get("precision", "plan"))
+    if precision != "plan":
+        cmd += ["--precision", precision]
+    for key in ("batch", "steps", "warmup"):
+        value = pset.get(key)
+        if isinstance(value, (int, float)) and not _missing(value):
+            cmd += [f"--{key}", str(int(value))]
+    if pset.get("channels_last"):
+        cmd.append("--channels-last")
+    if isinstance(pset.get("data"), str):
+        cmd += ["--data", str(pset["data"])]
+    epoch_flags = {"epochs": "--epochs", "val_fraction": "--val-fraction", "optimizer": "--optimizer"}
+    epoch_flags.update(target_accuracy="--target-accuracy", weights="--weights")
+    for key, flag in epoch_flags.items():
+        if not _missing(pset.get(key)):
+            cmd += [flag, str(pset[key])]
+    for key, value in workload_params(pset).items():
+        cmd += ["--param", f"{key}={json.dumps(value)}"]
+    return [*cmd, "--json", "--report", str(report)]
+
+
+def _gpu_count() -> int:
+    """The machine's GPUs for `gpus: all`, as the study counted them before starting (GPULAB_STUDY_ALL_GPUS)."""
+    return int(os.environ.get("GPULAB_STUDY_ALL_GPUS", "1"))
+
+
+def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    report = run_dir / "report.json"
+    cmd = gpulab_run_command(pset, report)
+    (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
+    with (run_dir / "log.txt").open("w") as log:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [ln for ln in (run_dir / "log.txt").read_text(errors="replace").splitlines() if ln.strip()]
+        raise RuntimeError(f"gpulab run exited {proc.returncode}: {lines[-1] if lines else 'no output'}")
+    result = json.loads(proc.stdout)
+    params = result.get("params") or {}
+    record = params.get("epoch_record") or {}
+    return {
+        "precision_used": result.get("precision"),
+        "timed_s": result.get("seconds") if not record else record.get("total_s"),
+        "samples_per_s": result.get("value"),
+        "final_loss": params.get("final_loss"),
+        "launcher_used": result.get("launcher"),
+        "gpus_used": result.get("n"),
+        "metric": record.get("metric"),
+        "final_metric": record.get("final_metric"),
+        "best_metric": record.get("best_metric"),
+        "time_to_target_s": record.get("time_to_target_s"),
+        "epoch_records": record.get("epochs"),
+        "loss_curve": [[e.get("epoch"), e.get("train_loss")] for e in record.get("epochs") or []],
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    from gpulab.launch.common import jsonable
+
+    return jsonable(value)
