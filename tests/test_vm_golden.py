@@ -61,8 +61,10 @@ def test_plan_checks_of_the_matrix():
     expected_warnings = {
         "h200-4gpu-large-bar": {"vfio", "driver"},
         "h200-2gpu-tcg-large-bar": {"vfio", "driver"},
-        "gtx-companion-hidden-bios": {"layout"},  # NUMA CPUs unknown without sysfs: not pinned
-        "p100-pair-shared-group": {"layout"},
+        "p100-4gpu-two-nodes-lab": {"p2p"},  # two root complexes, one clique each
+        "p100-pair-shared-group": {"layout"},  # NUMA CPUs unknown without sysfs: not pinned
+        "hgx-h100-full-passthrough": {"layout"},
+        "hgx-h100-shared-partition": {"layout"},
     }
     for case in CASES:
         _conn, p = planned(case)

@@ -85,10 +85,11 @@ def test_minimal_spec_gets_the_documented_defaults():
     assert (spec.hugepages, spec.numa_pinning, spec.kvm_hidden, spec.p2p_clique, spec.gpus) == (
         False,
         True,
-        False,
+        None,  # auto: on where a GeForce board's guest driver needs it
         None,
         None,
     )
+    assert (spec.guest_driver, spec.gpu_rom, spec.nvswitch) == (None, None, None)
     tcg = spec_from_dict({"name": "vm1", "vcpus": 1, "memory_mib": 512, "domain_type": "qemu"})
     assert tcg.cpu_mode == "maximum"
 
