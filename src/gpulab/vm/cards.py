@@ -22,6 +22,11 @@ GEFORCE_VM_BRANCH = 465
 _FRAMEBUFFER_OFF = ("video=efifb:off", "video=vesafb:off", "video=simplefb:off", "initcall_blacklist=sysfb_init")
 
 
+def framebuffer_released(host: Host) -> str | None:
+    """The kernel option that frees the boot framebuffer for vfio-pci, if the host's command line has one."""
+    return next((o for o in (host.kernel_cmdline or "").split() if o in _FRAMEBUFFER_OFF), None)
+
+
 def guest_branch(spec: VmSpec, gpu: Gpu) -> tuple[int | None, str]:
     """The guest driver branch for `gpu` and where it comes from: the spec, else the matrix's plan."""
     if spec.guest_driver is not None:
@@ -88,18 +93,19 @@ def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
 
 def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check]:
     checks = []
-    options = (host.kernel_cmdline or "").split()
-    released = [o for o in options if o in _FRAMEBUFFER_OFF]
+    released = framebuffer_released(host)
     for gpu in (g for g in gpus if g.boot_vga):
         if released:
-            rom = "" if spec.gpu_rom and spec.gpu_rom.file else (
-                "; the firmware has changed its ROM image at boot, so give a clean dump of it with gpu_rom.file"
+            rom = (
+                ""
+                if spec.gpu_rom and spec.gpu_rom.file
+                else ("; the firmware has changed its ROM image at boot, so give a clean dump of it with gpu_rom.file")
             )
             checks.append(
                 Check(
                     "boot_vga",
                     WARN,
-                    f"GPU {gpu.address} ({gpu.name}) is the host's boot display; {released[0]} releases its "
+                    f"GPU {gpu.address} ({gpu.name}) is the host's boot display; {released} releases its "
                     f"framebuffer{rom}.",
                 )
             )

@@ -19,6 +19,7 @@ from gpulab.vm import sysfs
 from gpulab.vm.connection import error_text, is_local, libvirt_module
 from gpulab.vm.nodedev import PciDevice, parse_pci_nodedev
 from gpulab.vm.pci import PciAddress
+from gpulab.vm.topology import UNKNOWN as UNKNOWN_DOMAIN
 from gpulab.vm.topology import P2pDomain, p2p_domain
 
 GIB = 1 << 30
@@ -54,7 +55,7 @@ class Gpu:
     driver: str | None
     foreign: tuple[PciDevice, ...] = ()  # other functions in the GPU's slot that are no part of a graphics board
     boot_vga: bool | None = None  # the host's console runs on it; None when sysfs was not read
-    domain: P2pDomain = P2pDomain("unknown", "unknown PCIe topology", "unknown")
+    domain: P2pDomain = UNKNOWN_DOMAIN
 
     @property
     def address(self) -> PciAddress:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from gpulab.errors import GpulabError
 from gpulab.vm.host import GIB, Gpu, Host
 from gpulab.vm.nodedev import PciDevice
+from gpulab.vm.p2p import p2p_cliques
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.spec import MAX_GPU_COUNT, VmSpec
-from gpulab.vm.p2p import p2p_cliques
 from gpulab.vm.sysfs import format_cpulist
 
 # OVMF's default 64-bit PCI aperture; GPUs whose BARs add up to more need a larger window.

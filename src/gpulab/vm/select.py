@@ -97,9 +97,7 @@ def _pci_ids_for(what: str, host: Host) -> tuple[set[str], str]:
     return set(spec.pci_ids), spec.name
 
 
-def select_gpus(
-    host: Host, selector: str | Sequence[str] | None, extra: Collection[PciAddress] = ()
-) -> list[Gpu]:
+def select_gpus(host: Host, selector: str | Sequence[str] | None, extra: Collection[PciAddress] = ()) -> list[Gpu]:
     """The GPUs `selector` names on `host`, in a stable order (host address order, or as listed). A count picks
     among the sets that can go to a VM whole (`extra`: devices the VM takes too, so they may share a group)."""
     terms = _terms(selector) if selector is not None else []

@@ -455,7 +455,9 @@ def parse_partitions(data: Any) -> dict[int, tuple[PciAddress, ...]] | None:
     return {k: v for k, v in found.items() if k is not None and v is not None}
 
 
-_PARTITIONS_FORM = "a mapping of partition id to GPU addresses ({1: ['0000:18:00.0', '0000:2a:00.0']}) or `fmpm -l` JSON"
+_PARTITIONS_FORM = (
+    "a mapping of partition id to GPU addresses ({1: ['0000:18:00.0', '0000:2a:00.0']}), or `fmpm -l` JSON"
+)
 
 
 def _nvswitch(r: _Reader) -> NvswitchSpec | None:
@@ -491,7 +493,7 @@ def _nvswitch(r: _Reader) -> NvswitchSpec | None:
         except yaml.YAMLError:
             r.fail("nvswitch.partitions_file", f"{shown(path)} is not YAML or JSON; {fix}")
     if mode == "shared":
-        if partition is None:
+        if "partition" not in raw:
             r.fail("nvswitch.partition", "shared mode needs the id of the partition this VM gets.")
         if "partitions" in raw and "partitions_file" in raw:
             r.fail("nvswitch", "give `partitions` or `partitions_file`, not both.")

@@ -29,6 +29,9 @@ class P2pDomain:
     source: str  # nvlink | pcie | numa | unknown
 
 
+UNKNOWN = P2pDomain("unknown", "unknown PCIe topology", "unknown")
+
+
 def _root_bus_of_path(path: str) -> str | None:
     """'/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0' (or the relative sysfs link) -> 'pci0000:3a'."""
     for part in path.split("/"):
@@ -74,4 +77,4 @@ def p2p_domain(
         return P2pDomain(bus, f"root complex {bus}", "pcie")
     if device.numa_node is not None:
         return P2pDomain(f"numa{device.numa_node}", f"NUMA node {device.numa_node}", "numa")
-    return P2pDomain("unknown", "unknown PCIe topology", "unknown")
+    return UNKNOWN

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
+from gpulab.vm.cards import framebuffer_released
 from gpulab.vm.host import Gpu, Host
 from gpulab.vm.pci import PciAddress
 
@@ -32,7 +33,8 @@ class Unit:
     @property
     def node(self) -> int:
         nodes = {g.numa_node for g in self.gpus}
-        return nodes.pop() if len(nodes) == 1 and None not in nodes else _LAST
+        node = nodes.pop() if len(nodes) == 1 else None
+        return _LAST if node is None else node
 
     @property
     def domain(self) -> str | None:
@@ -55,21 +57,24 @@ def units(host: Host, candidates: Sequence[Gpu], extra: Collection[PciAddress] =
         unit = by_group.setdefault(key, Unit([], gpu.device.iommu_group))
         unit.gpus.append(gpu)
     chosen = {g.address for g in candidates}
+    console_free = framebuffer_released(host) is not None
     for unit in by_group.values():
         along = {g.address for g in unit.gpus} | set(extra)
         along |= {c.address for g in unit.gpus for c in g.companions}
         for gpu in unit.gpus:
+            if gpu.boot_vga and not console_free:
+                unit.reasons.append(f"{gpu.address} drives the host's console (boot_vga)")
             for device in gpu.foreign:
                 if device.address not in extra:
                     unit.reasons.append(f"{device.describe()} sits in the GPU's slot and is no GPU function")
         for member in unit.gpus[0].device.iommu_members:
-            device = host.devices.get(member)
-            if member in along or (device is not None and device.is_bridge):
+            found = host.devices.get(member)
+            if member in along or (found is not None and found.is_bridge):
                 continue
-            if device is not None and any(member == f.address for g in unit.gpus for f in g.foreign):
+            if any(member == f.address for g in unit.gpus for f in g.foreign):
                 continue  # already named as a foreign function
-            what = "an unknown device" if device is None else device.describe()
-            if device is not None and device.is_nvidia_gpu and member not in chosen:
+            what = "an unknown device" if found is None else found.describe()
+            if found is not None and found.is_nvidia_gpu and member not in chosen:
                 what += " (a GPU this selector does not take)"
             unit.reasons.append(f"shares IOMMU group {unit.group} with {what}")
     return sorted(by_group.values(), key=lambda u: u.first)
