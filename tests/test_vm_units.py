@@ -454,3 +454,10 @@ def test_spec_files_in_the_wrong_format(tmp_path, content, needle):
 def test_a_json_spec_is_a_yaml_spec(tmp_path):
     path = spec_file(tmp_path, b'{"name": "vm1", "vcpus": 2, "memory_mib": 2048}')
     assert load_spec(path).name == "vm1"
+
+
+def test_every_spec_key_is_documented():
+    from gpulab.vm.spec import _KEYS
+
+    table = (Path(__file__).parent.parent / "docs" / "vm.md").read_text()
+    assert [key for key in _KEYS if f"| `{key}" not in table] == []
