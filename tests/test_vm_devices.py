@@ -205,8 +205,10 @@ def test_a_foreign_function_in_the_gpus_group_is_named_in_the_group_listing():
     [(status, message)] = checks(p, "iommu_groups")
     assert status == "fail" and "0000:04:00.1 Ethernet controller 8086:1533" in message
     assert "<- in the GPU's slot but no GPU function (audio, USB, UCSI)" in message
+    assert "add it to `extra_hostdevs`" in message and "ACS" not in message
     assert "04:00.1" not in p.xml  # never passed along silently
     assert checks(p, "companions") == []  # one refusal for one cause
+    assert planned("geforce", gpus="04:00.0", extra_hostdevs=["04:00.1"]).ok
 
 
 def test_a_foreign_function_in_a_group_of_its_own_is_refused_unless_asked_for():

@@ -96,11 +96,9 @@ def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check
     released = framebuffer_released(host)
     for gpu in (g for g in gpus if g.boot_vga):
         if released:
-            rom = (
-                ""
-                if spec.gpu_rom and spec.gpu_rom.file
-                else ("; the firmware has changed its ROM image at boot, so give a clean dump of it with gpu_rom.file")
-            )
+            has_rom = spec.gpu_rom is not None and spec.gpu_rom.file is not None
+            # The firmware runs the card's option ROM at boot and may leave a modified image behind.
+            rom = "" if has_rom else "; the firmware has run its ROM at boot, so give a clean dump with gpu_rom.file"
             checks.append(
                 Check(
                     "boot_vga",

@@ -19,6 +19,12 @@ _FIX = (
     "or, if the VM should own that device too, add it to `extra_hostdevs`."
 )
 
+# A function of the card itself shares the card's group wherever it sits, so ACS cannot split it off.
+_SLOT_FIX = (
+    "A function in the GPU's own slot that is no GPU function (audio, USB, UCSI) is not taken along silently: "
+    "add it to `extra_hostdevs` if the VM should own it, or choose another GPU (`gpulab vm host` lists them)."
+)
+
 
 def passed_functions(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> set[PciAddress]:
     """Every PCI function that goes to the VM: the GPUs, their companions and the extra devices."""
@@ -62,5 +68,9 @@ def group_problems(host: Host, gpus: Sequence[Gpu], extra: Sequence[PciDevice] =
         lines = [_member_line(host, member, passed, foreign) for member in device.iommu_members]
         if any(blocking for _line, blocking in lines):
             listing = "\n".join(line for line, _blocking in lines)
-            problems.append(f"{label} is in IOMMU group {group} with devices that cannot follow it:\n{listing}\n{_FIX}")
+            in_slot = any(member in foreign for member in device.iommu_members)
+            problems.append(
+                f"{label} is in IOMMU group {group} with devices that cannot follow it:\n{listing}\n"
+                f"{_SLOT_FIX if in_slot else _FIX}"
+            )
     return problems
