@@ -363,3 +363,11 @@ def test_vm_host_shows_p2p_domains_boot_vga_foreign_functions_and_nvswitches(cap
     out = capsys.readouterr().out
     assert "P2P domain: NVLink (SXM boards)" in out and "NVSwitches (4):" in out
     assert "0000:05:00.0 other bridge 10de:22a3 (GH100 [H100 NVSwitch])  IOMMU group 117" in out
+
+
+def test_kvm_hidden_takes_true_false_or_auto():
+    base = {"name": "t", "vcpus": 1, "memory_mib": 512}
+    assert spec_from_dict({**base, "kvm_hidden": "auto"}).kvm_hidden is None
+    assert spec_from_dict({**base, "kvm_hidden": True}).kvm_hidden is True
+    with pytest.raises(GpulabError, match=r"^VM spec: kvm_hidden: 'yes' is not true, false or auto\.$"):
+        spec_from_dict({**base, "kvm_hidden": "yes"})
