@@ -99,11 +99,13 @@ def test_a_gpu_is_an_nvidia_vga_or_3d_controller(vendor: int, class_code: int, g
         ("0000:01:00.3", 0x0C8000, True),  # USB-C UCSI
         ("0000:01:00.0", 0x030000, False),  # the GPU itself
         ("0000:01:00.4", 0x060400, False),  # a bridge is the path, not a passenger
+        ("0000:01:00.1", 0x020000, False),  # an Ethernet controller in the slot is no part of a graphics board
+        ("0000:01:00.2", 0x010802, False),  # nor is an NVMe controller
         ("0000:02:00.1", 0x040300, False),  # another card's audio
         ("0001:01:00.1", 0x040300, False),  # the same bus and slot in another PCI domain
     ],
 )
-def test_companions_are_the_other_non_bridge_functions_of_the_gpus_device(
+def test_companions_are_the_audio_usb_and_ucsi_functions_of_the_gpus_device(
     address: str, class_code: int, companion: bool
 ) -> None:
     assert pci_gpu.is_companion("0000:01:00.0", address, class_code) is companion

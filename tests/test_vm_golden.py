@@ -61,8 +61,10 @@ def test_plan_checks_of_the_matrix():
     expected_warnings = {
         "h200-4gpu-large-bar": {"vfio", "driver"},
         "h200-2gpu-tcg-large-bar": {"vfio", "driver"},
-        "gtx-companion-hidden-bios": {"layout"},  # NUMA CPUs unknown without sysfs: not pinned
-        "p100-pair-shared-group": {"layout"},
+        "p100-4gpu-two-nodes-lab": {"p2p"},  # two root complexes, one clique each
+        "p100-pair-shared-group": {"layout"},  # NUMA CPUs unknown without sysfs: not pinned
+        "hgx-h100-full-passthrough": {"layout"},
+        "hgx-h100-shared-partition": {"layout"},
     }
     for case in CASES:
         _conn, p = planned(case)
@@ -79,6 +81,8 @@ def test_the_matrix_covers_the_options():
     assert lab.count("<hostdev ") == 4 and lab.count("pxb-pcie") == 2 and "<cell id='1' cpus='10-19'" in lab
     assert "<vcpupin vcpu='10' cpuset='10'/>" in lab  # the second cell's vCPUs on node 1's cores
     assert "string=131072" in lab and lab.count("x-nv-gpudirect-clique") == 4
+    # One clique per root complex: P2P does not cross the sockets.
+    assert lab.count("type='unsigned' value='0'/>") == 2 and lab.count("type='unsigned' value='1'/>") == 2
     assert "<hugepages>" in lab and "<hugepages>" not in xml["p100-4gpu-unpinned"]
     assert "<cputune>" not in xml["p100-4gpu-unpinned"] and "pxb-pcie" not in xml["p100-4gpu-unpinned"]
     h200 = xml["h200-4gpu-large-bar"]
@@ -87,7 +91,15 @@ def test_the_matrix_covers_the_options():
     assert "<domain type='qemu'" in tcg and "<cpu mode='maximum'" in tcg and "mode='emulate' bits=" in tcg
     gtx = xml["gtx-companion-hidden-bios"]
     assert "<hidden state='on'/>" in gtx and "firmware='efi'" not in gtx
+    assert "<vendor_id state='on' value='gpulab'/>" in gtx and "X-PciMmio64Mb" not in gtx  # 256 MiB BAR1
     assert "function='0x1'/>" in gtx and "multifunction='on'" in gtx  # the HDMI audio beside the GPU
+    rtx = xml["rtx2080ti-four-functions-rom-bar-off"]
+    assert rtx.count("<hostdev ") == 4 and "function='0x3'/>" in rtx and "<rom bar='off'/>" in rtx
+    hgx = xml["hgx-h100-full-passthrough"]
+    assert hgx.count("<hostdev ") == 12 and hgx.count("<alias name='ua-hostdev") == 4  # 8 GPUs, 4 NVSwitches
+    assert hgx.count("x-nv-gpudirect-clique") == 8 and "value='1'/>" not in hgx  # NVLink: one clique
+    part = xml["hgx-h100-shared-partition"]
+    assert part.count("<hostdev ") == 2 and "ua-hostdev" not in part  # the host keeps the NVSwitches
     boot = xml["tcg-boot-no-gpu"]
     assert "<kernel>/var/lib/gpulab/images/vmlinuz</kernel>" in boot and "<hostdev" not in boot
     assert "/var/lib/gpulab/vms/tcg-boot-seed-" in boot and "<source network='gpulab-test'/>" in boot

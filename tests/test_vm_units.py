@@ -85,10 +85,11 @@ def test_minimal_spec_gets_the_documented_defaults():
     assert (spec.hugepages, spec.numa_pinning, spec.kvm_hidden, spec.p2p_clique, spec.gpus) == (
         False,
         True,
-        False,
+        None,  # auto: on where a GeForce board's guest driver needs it
         None,
         None,
     )
+    assert (spec.guest_driver, spec.gpu_rom, spec.nvswitch) == (None, None, None)
     tcg = spec_from_dict({"name": "vm1", "vcpus": 1, "memory_mib": 512, "domain_type": "qemu"})
     assert tcg.cpu_mode == "maximum"
 
@@ -453,3 +454,10 @@ def test_spec_files_in_the_wrong_format(tmp_path, content, needle):
 def test_a_json_spec_is_a_yaml_spec(tmp_path):
     path = spec_file(tmp_path, b'{"name": "vm1", "vcpus": 2, "memory_mib": 2048}')
     assert load_spec(path).name == "vm1"
+
+
+def test_every_spec_key_is_documented():
+    from gpulab.vm.spec import _KEYS
+
+    table = (Path(__file__).parent.parent / "docs" / "vm.md").read_text()
+    assert [key for key in _KEYS if f"| `{key}" not in table] == []

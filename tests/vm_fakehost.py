@@ -11,7 +11,7 @@ from guest.prereq import missing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "libvirt"
 GOLDEN = Path(__file__).parent / "golden" / "vm"
-HOSTS = ("p100x4", "shared-groups", "h200x4")
+HOSTS = ("p100x4", "shared-groups", "h200x4", "geforce", "hgx-h100")
 
 
 def require_libvirt() -> None:

@@ -45,6 +45,9 @@ class GpuSpec:
     source: str
     # A first driver later than the architecture's first branch (H200 came after Hopper's R520).
     min_driver: str | None = None
+    # BAR1 (the aperture the host sees the board's memory through) where it is not the memory rounded up to a
+    # power of two, as on data-centre boards: GeForce and T4 boards map 256 MiB.
+    bar1_mib: int | None = None
 
     @property
     def product_class(self) -> ProductClass:
@@ -265,7 +268,17 @@ def _gpu(e: _Entry) -> GpuSpec:
         nvlink_gbs=e.opt_num("nvlink_gbs"),
         source=e.text("source"),
         min_driver=e.opt_version("min_driver"),
+        bar1_mib=_bar1_mib(e),
     )
+
+
+def _bar1_mib(e: _Entry) -> int | None:
+    if e.raw.get("bar1_mib") is None:
+        return None
+    value = e.integer("bar1_mib")
+    if value < 1 or value & (value - 1):
+        raise GpulabError(f"matrix.yml: {e.where}.bar1_mib={value} is not a power of two in MiB.")
+    return value
 
 
 def _cuda(e: _Entry) -> CudaRelease:

@@ -5,9 +5,11 @@ A GPU is a function of vendor 0x10de whose class is a VGA controller (0x0300, a 
 nvidia/nv-pci-table.c). Other NVIDIA functions are not GPUs: the audio (0x0403), USB (0x0c03) and USB-C
 UCSI serial bus (0x0c80) functions of a board with display outputs, and NVSwitches (bridge, other: 0x0680).
 
-A GPU's companions are the other functions of its PCI device (same domain:bus:slot, another function number):
-they share its IOMMU group, so vfio-pci must own them too before the GPU can be passed through. Bridges are
-never companions: they are the path to the device, and vfio-pci does not take them.
+A GPU's companions are the other functions of its PCI device (same domain:bus:slot, another function number)
+of the classes a graphics board carries: audio, USB and USB-C UCSI. They share its IOMMU group, so vfio-pci must
+own them too before the GPU can be passed through. Bridges are never companions: they are the path to the
+device. Any other class in the slot (an Ethernet controller at function 1) is not part of the board as NVIDIA
+builds it, so it is never taken along silently.
 
 This file is the only definition. gpulab uses it as `gpulab.hw.pci_gpu`; the Ansible modules of the
 gpulab.provision collection, which run on hosts without gpulab, import it as
@@ -23,6 +25,7 @@ NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)  # VGA controller, 3D controller
 NVSWITCH_CLASS = 0x0680  # bridge, other
 BRIDGE_CLASSES = (0x0600, 0x0604)  # host bridge, PCI-to-PCI bridge (root and switch ports)
+COMPANION_CLASSES = (0x0403, 0x0C03, 0x0C80)  # HD audio, USB controller, serial bus (USB-C UCSI)
 
 
 def parse_id(text: str | None) -> int | None:
@@ -54,9 +57,14 @@ def device_of(address: str) -> str:
     return address.strip().lower().rsplit(".", 1)[0]
 
 
-def is_companion(gpu_address: str, address: str, class_code: int) -> bool:
-    """True when the function at `address` must follow the GPU at `gpu_address` into passthrough: another
-    function of the same PCI device that is not a bridge (the GPU's audio, USB and USB-C functions)."""
+def in_slot(gpu_address: str, address: str) -> bool:
+    """True for another function of the GPU's PCI device (same domain:bus:slot)."""
     if address.strip().lower() == gpu_address.strip().lower():
         return False
-    return device_of(address) == device_of(gpu_address) and not is_bridge(class_code)
+    return device_of(address) == device_of(gpu_address)
+
+
+def is_companion(gpu_address: str, address: str, class_code: int) -> bool:
+    """True when the function at `address` must follow the GPU at `gpu_address` into passthrough: another
+    function of the same PCI device that is the board's audio, USB or USB-C UCSI controller."""
+    return in_slot(gpu_address, address) and class_code >> 8 in COMPANION_CLASSES

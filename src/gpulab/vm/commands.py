@@ -96,6 +96,16 @@ def cmd_host(args: argparse.Namespace) -> int:
         companions = ", ".join(f"{c.address} {c.kind}" for c in gpu.companions) or "none"
         bar = f"{_gib(gpu.bar_bytes)} ({gpu.bar_source})"
         print(f"      companions: {companions}; driver: {gpu.driver or '?'}; BARs {bar}")
+        extra = [f"P2P domain: {gpu.domain.label}"]
+        if gpu.boot_vga:
+            extra.append("boot VGA (drives the host's console)")
+        extra += [f"in its slot, no GPU function: {f.address} {f.kind}" for f in gpu.foreign]
+        print(f"      {'; '.join(extra)}")
+    if host.nvswitches:
+        print(f"NVSwitches ({len(host.nvswitches)}):")
+        for device in host.nvswitches:
+            number = "?" if device.iommu_group is None else str(device.iommu_group)
+            print(f"  {device.describe()}  IOMMU group {number}")
     return 0
 
 

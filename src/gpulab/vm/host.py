@@ -14,16 +14,19 @@ from typing import Any
 
 from gpulab.compat import GpuSpec, gpu_by_pci_id
 from gpulab.errors import GpulabError
+from gpulab.hw import pci_gpu
 from gpulab.vm import sysfs
 from gpulab.vm.connection import error_text, is_local, libvirt_module
 from gpulab.vm.nodedev import PciDevice, parse_pci_nodedev
 from gpulab.vm.pci import PciAddress
+from gpulab.vm.topology import UNKNOWN as UNKNOWN_DOMAIN
+from gpulab.vm.topology import P2pDomain, p2p_domain
 
 GIB = 1 << 30
 MIB = 1 << 20
-# Datacenter GPUs map all their memory through BAR1, a power of two at least the memory size (a 141 GB H200
-# shows 262144 MiB of BAR1 in `nvidia-smi -q`); BAR3 adds 32 MiB. Used when sysfs cannot be read; it errs high,
-# which only costs guest address space.
+# When sysfs cannot be read, BAR1 comes from the matrix (its bar1_mib, else the memory rounded up to a power of
+# two, as data-centre boards map it: a 141 GB H200 shows 262144 MiB); BAR3 adds 32 MiB. A GPU the matrix does
+# not know gets a high guess, which only costs guest address space.
 _BAR3_BYTES = 32 * MIB
 _UNKNOWN_GPU_BAR_BYTES = 32 * GIB + _BAR3_BYTES
 
@@ -33,9 +36,11 @@ def _next_pow2(value: int) -> int:
 
 
 def estimated_bar_bytes(spec: GpuSpec | None) -> int:
-    """64-bit BAR space of one GPU from its memory size in the matrix."""
+    """64-bit BAR space of one GPU from the matrix."""
     if spec is None:
         return _UNKNOWN_GPU_BAR_BYTES
+    if spec.bar1_mib is not None:
+        return spec.bar1_mib * MIB + _BAR3_BYTES
     return _next_pow2(int(spec.memory_gib * GIB)) + _BAR3_BYTES
 
 
@@ -48,6 +53,9 @@ class Gpu:
     bar_bytes: int  # 64-bit MMIO the guest firmware must place for this GPU
     bar_source: str  # "sysfs" or "estimate"
     driver: str | None
+    foreign: tuple[PciDevice, ...] = ()  # other functions in the GPU's slot that are no part of a graphics board
+    boot_vga: bool | None = None  # the host's console runs on it; None when sysfs was not read
+    domain: P2pDomain = UNKNOWN_DOMAIN
 
     @property
     def address(self) -> PciAddress:
@@ -67,7 +75,10 @@ class Gpu:
             "iommu_group": self.device.iommu_group,
             "iommu_members": [str(a) for a in self.device.iommu_members],
             "companions": [str(c.address) for c in self.companions],
+            "foreign_functions": [str(f.address) for f in self.foreign],
             "driver": self.driver,
+            "boot_vga": self.boot_vga,
+            "p2p_domain": self.domain.label,
             "pcie": None
             if link is None
             else {
@@ -105,6 +116,7 @@ class Host:
     facts_root: Path | None  # where sysfs facts were read; None: libvirt only
     cpus: int | None = None  # logical CPUs; None when libvirt cannot say
     memory_mib: int | None = None  # RAM; None when libvirt cannot say
+    nvswitches: tuple[PciDevice, ...] = ()  # NVIDIA NVSwitches (HGX/DGX baseboards)
 
     def gpu_at(self, address: PciAddress) -> Gpu | None:
         return next((g for g in self.gpus if g.address == address), None)
@@ -131,6 +143,7 @@ class Host:
                 for n in self.numa
             ],
             "gpus": [g.to_dict() for g in self.gpus],
+            "nvswitches": [d.describe() for d in self.nvswitches],
         }
 
 
@@ -187,11 +200,10 @@ def _node_info(conn: Any) -> tuple[int | None, int | None]:
 
 def _gpu(device: PciDevice, devices: Mapping[PciAddress, PciDevice], root: Path | None) -> Gpu:
     spec = gpu_by_pci_id(device.pci_id)
-    companions = tuple(
-        d
-        for addr, d in sorted(devices.items())
-        if addr.slot_key == device.address.slot_key and addr != device.address and not d.is_bridge
-    )
+    in_slot = [
+        d for addr, d in sorted(devices.items()) if pci_gpu.in_slot(str(device.address), str(addr)) and not d.is_bridge
+    ]
+    companions = tuple(d for d in in_slot if pci_gpu.is_companion(str(device.address), str(d.address), d.class_code))
     found_bars = sysfs.bars(root, device.address) if root is not None else None
     if found_bars:
         bar_bytes, bar_source = sum(b.size for b in found_bars if b.is_64bit), "sysfs"
@@ -206,6 +218,9 @@ def _gpu(device: PciDevice, devices: Mapping[PciAddress, PciDevice], root: Path 
         bar_bytes=bar_bytes,
         bar_source=bar_source,
         driver=driver,
+        foreign=tuple(d for d in in_slot if d not in companions),
+        boot_vga=sysfs.boot_vga(root, device.address) if root is not None else None,
+        domain=p2p_domain(device, spec, devices, root),
     )
 
 
@@ -244,4 +259,5 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
         facts_root=root,
         cpus=host_cpus or (sum(len(n.cpus) for n in numa) or None),
         memory_mib=host_memory,
+        nvswitches=tuple(d for _addr, d in sorted(devices.items()) if d.is_nvswitch),
     )

@@ -19,6 +19,12 @@ _FIX = (
     "or, if the VM should own that device too, add it to `extra_hostdevs`."
 )
 
+# A function of the card itself shares the card's group wherever it sits, so ACS cannot split it off.
+_SLOT_FIX = (
+    "A function in the GPU's own slot that is no GPU function (audio, USB, UCSI) is not taken along silently: "
+    "add it to `extra_hostdevs` if the VM should own it, or choose another GPU (`gpulab vm host` lists them)."
+)
+
 
 def passed_functions(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> set[PciAddress]:
     """Every PCI function that goes to the VM: the GPUs, their companions and the extra devices."""
@@ -28,7 +34,9 @@ def passed_functions(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> set[Pci
     return passed
 
 
-def _member_line(host: Host, address: PciAddress, passed: set[PciAddress]) -> tuple[str, bool]:
+def _member_line(
+    host: Host, address: PciAddress, passed: set[PciAddress], foreign: set[PciAddress]
+) -> tuple[str, bool]:
     """A listing line for a group member and whether it blocks passthrough."""
     device = host.devices.get(address)
     if device is None:
@@ -37,6 +45,8 @@ def _member_line(host: Host, address: PciAddress, passed: set[PciAddress]) -> tu
         return f"    {device.describe()}  [goes to the VM]", False
     if device.is_bridge:
         return f"    {device.describe()}  [bridge, stays with the host]", False
+    if address in foreign:
+        return f"    {device.describe()}  <- in the GPU's slot but no GPU function (audio, USB, UCSI)", True
     if device.is_nvidia_gpu:
         return f"    {device.describe()}  <- another GPU, not selected: select it too, or neither", True
     return f"    {device.describe()}  <- not selected", True
@@ -45,6 +55,7 @@ def _member_line(host: Host, address: PciAddress, passed: set[PciAddress]) -> tu
 def group_problems(host: Host, gpus: Sequence[Gpu], extra: Sequence[PciDevice] = ()) -> list[str]:
     """One message per IOMMU group that cannot go to the VM as chosen; empty when every group is viable."""
     passed = passed_functions(gpus, extra)
+    foreign = {f.address for g in gpus for f in g.foreign}
     problems: list[str] = []
     seen: set[int] = set()
     owners: list[tuple[str, PciDevice]] = [(f"GPU {g.address} ({g.name})", g.device) for g in gpus]
@@ -54,8 +65,12 @@ def group_problems(host: Host, gpus: Sequence[Gpu], extra: Sequence[PciDevice] =
         if group is None or group in seen:
             continue
         seen.add(group)
-        lines = [_member_line(host, member, passed) for member in device.iommu_members]
+        lines = [_member_line(host, member, passed, foreign) for member in device.iommu_members]
         if any(blocking for _line, blocking in lines):
             listing = "\n".join(line for line, _blocking in lines)
-            problems.append(f"{label} is in IOMMU group {group} with devices that cannot follow it:\n{listing}\n{_FIX}")
+            in_slot = any(member in foreign for member in device.iommu_members)
+            problems.append(
+                f"{label} is in IOMMU group {group} with devices that cannot follow it:\n{listing}\n"
+                f"{_SLOT_FIX if in_slot else _FIX}"
+            )
     return problems

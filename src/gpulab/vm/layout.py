@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gpulab.errors import GpulabError
 from gpulab.vm.host import GIB, Gpu, Host
 from gpulab.vm.nodedev import PciDevice
+from gpulab.vm.p2p import p2p_cliques
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.spec import MAX_GPU_COUNT, VmSpec
 from gpulab.vm.sysfs import format_cpulist
@@ -63,6 +64,9 @@ class Hostdev:
     multifunction: bool
     alias: str | None
     label: str
+    clique: int | None = None  # GPUDirect P2P clique (x-nv-gpudirect-clique)
+    rom_file: str | None = None
+    rom_bar: bool | None = None  # False: `<rom bar='off'/>`
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class Layout:
     memory_per_node_mib: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    p2p_notes: list[str] = field(default_factory=list)
+    p2p_warnings: list[str] = field(default_factory=list)
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -205,11 +211,25 @@ def _pci_tree(spec: VmSpec, gpus: Sequence[Gpu], extra: Sequence[PciDevice], lay
         index += 1
         return port
 
+    cliques = p2p_cliques(spec, gpus)
+    layout.p2p_notes, layout.p2p_warnings = cliques.notes, cliques.warnings
     for i, gpu in enumerate(gpus):
         gpu_cell = cell_of_node.get(gpu.numa_node) if gpu.numa_node is not None else None
         port = new_port(expander_of_cell[gpu_cell.id].index if gpu_cell else 0)
         alias = f"ua-gpu{i}"
-        layout.hostdevs.append(Hostdev(gpu.address, port.index, 0, bool(gpu.companions), alias, gpu.name))
+        layout.hostdevs.append(
+            Hostdev(
+                gpu.address,
+                port.index,
+                0,
+                bool(gpu.companions),
+                alias,
+                gpu.name,
+                clique=cliques.by_gpu.get(gpu.address),
+                rom_file=str(spec.gpu_rom.file) if spec.gpu_rom and spec.gpu_rom.file else None,
+                rom_bar=spec.gpu_rom.bar if spec.gpu_rom else None,
+            )
+        )
         for function, companion in enumerate(gpu.companions, start=1):
             layout.hostdevs.append(Hostdev(companion.address, port.index, function, False, None, companion.kind))
     for k, device in enumerate(extra):
@@ -261,6 +281,4 @@ def plan_layout(host: Host, spec: VmSpec, gpus: Sequence[Gpu], extra: Sequence[P
     _mmio(spec, gpus, layout)
     if spec.p2p_clique is not None and len(gpus) < 2:
         layout.warnings.append("p2p_clique is set but the VM has fewer than 2 GPUs; there is no peer to reach.")
-    if spec.kvm_hidden and spec.domain_type != "kvm":
-        layout.warnings.append("kvm_hidden only applies to domain_type kvm; it is ignored here.")
     return layout

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gpulab.errors import GpulabError
 from gpulab.hw.model import PcieLink
-from gpulab.hw.pci_gpu import is_nvidia_gpu
+from gpulab.hw.pci_gpu import is_nvidia_gpu, is_nvswitch
 from gpulab.vm.pci import PciAddress, class_name, is_bridge
 
 # libvirt reports PCIe link speed in GT/s; the generation follows from it (PCIe base spec).
@@ -27,6 +27,8 @@ class PciDevice:
     iommu_group: int | None = None
     iommu_members: tuple[PciAddress, ...] = field(default=())
     driver: str | None = None
+    sysfs_path: str | None = None  # libvirt's <path>: /sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0
+    parent: str | None = None  # the upstream node device (pci_0000_3a_00_0; "computer" on a root bus)
 
     @property
     def pci_id(self) -> str:
@@ -43,6 +45,10 @@ class PciDevice:
     @property
     def is_nvidia_gpu(self) -> bool:
         return is_nvidia_gpu(self.vendor_id, self.class_code)
+
+    @property
+    def is_nvswitch(self) -> bool:
+        return is_nvswitch(self.vendor_id, self.class_code)
 
     def describe(self) -> str:
         """'0000:07:00.0 Ethernet controller 8086:10fb (82599ES 10-Gigabit SFI/SFP+)'."""
@@ -115,4 +121,6 @@ def parse_pci_nodedev(xml: str) -> PciDevice | None:
         iommu_group=_int(group.get("number")) if group is not None else None,
         iommu_members=tuple(sorted(_address(a) for a in group.findall("address"))) if group is not None else (),
         driver=(root.findtext("driver/name") or "").strip() or None,
+        sysfs_path=(root.findtext("path") or "").strip() or None,
+        parent=(root.findtext("parent") or "").strip() or None,
     )

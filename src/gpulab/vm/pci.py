@@ -31,6 +31,7 @@ _CLASS_NAMES = {
     0x0600: "host bridge",
     0x0601: "ISA bridge",
     0x0604: "PCI bridge",
+    0x0680: "other bridge",
     0x0880: "system peripheral",
     0x0C03: "USB controller",
     0x0C80: "serial bus controller",

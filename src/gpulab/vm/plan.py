@@ -14,8 +14,11 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.vm import schema
+from gpulab.vm.cards import boot_vga_checks, foreign_function_checks, hidden_kvm_checks, kvm_hidden, rom_checks
+from gpulab.vm.checks import FAIL, OK, WARN, Check
 from gpulab.vm.connection import is_local
 from gpulab.vm.domain import Existing, digest, existing
+from gpulab.vm.fabric import fabric_plan, partition_gpus
 from gpulab.vm.host import Gpu, Host, discover_host
 from gpulab.vm.identity import domain_uuid, mac_address
 from gpulab.vm.iommu import group_problems
@@ -28,21 +31,10 @@ from gpulab.vm.seed import Seed, render_seed
 from gpulab.vm.select import select_gpus
 from gpulab.vm.spec import VmSpec
 
-OK, WARN, FAIL = "ok", "warn", "fail"
 _IOMMU_FIX = (
     "enable it with intel_iommu=on iommu=pt on the kernel command line (AMD enables it by default; check that "
     "VT-d/AMD-Vi is on in the firmware setup) and reboot: the vfio_host role does both"
 )
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # ok | warn | fail
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "message": self.message}
 
 
 @dataclass
@@ -338,6 +330,20 @@ def _schema_check(xml: str) -> Check:
     return Check("schema", OK, "the XML validates against libvirt's domain schema")
 
 
+def _select(host: Host, spec: VmSpec, extra: list[PciDevice]) -> list[Gpu]:
+    """The spec's GPUs: its shared-NVSwitch partition's, else its selector's."""
+    gpus = partition_gpus(host, spec)
+    if gpus is None:
+        return select_gpus(host, spec.gpus, {d.address for d in extra})
+    if spec.gpus is not None and {g.address for g in select_gpus(host, spec.gpus)} != {g.address for g in gpus}:
+        raise GpulabError(
+            f"gpus {spec.gpus!r} differs from the GPUs of nvswitch.partition "
+            f"{spec.nvswitch.partition if spec.nvswitch else '?'} ({', '.join(str(g.address) for g in gpus)}); "
+            "leave gpus out (the partition chooses them)."
+        )
+    return gpus
+
+
 def render_domain(spec: VmSpec, layout: Layout, gpus: list[Gpu], uuid: str, seed_path: Path | None) -> str:
     title = f"gpulab VM, {len(gpus)} x {gpus[0].name}" if gpus and len({g.name for g in gpus}) == 1 else "gpulab VM"
     if gpus and len({g.name for g in gpus}) > 1:
@@ -356,12 +362,12 @@ def render_domain(spec: VmSpec, layout: Layout, gpus: list[Gpu], uuid: str, seed
             "vcpus": spec.vcpus,
             "cpu_mode": spec.cpu_mode,
             "firmware": spec.firmware,
-            "kvm_hidden": spec.kvm_hidden,
+            "kvm_hidden": kvm_hidden(spec, gpus) and spec.domain_type == "kvm",
             "hugepage_kib": spec.hugepage_kib if spec.hugepages else None,
         },
         layout=layout,
-        qemu_namespace=bool(layout.mmio_window_mb) or (spec.p2p_clique is not None and bool(layout.hostdevs)),
-        clique=spec.p2p_clique,
+        qemu_namespace=bool(layout.mmio_window_mb) or any(h.clique is not None for h in layout.hostdevs),
+        p2p=any(h.clique is not None for h in layout.hostdevs),
         kernel=spec.kernel_boot,
         disk=disk,
         seed=seed_path,
@@ -373,8 +379,10 @@ def render_domain(spec: VmSpec, layout: Layout, gpus: list[Gpu], uuid: str, seed
 def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = None) -> Plan:
     """Plan `spec` on the host behind `conn` (see `discover_host` for `root`). Changes nothing."""
     host = host or discover_host(conn, root)
-    gpus = select_gpus(host, spec.gpus)
     extra = _extra_devices(host, spec)
+    gpus = _select(host, spec, extra)
+    switches, fabric_checks = fabric_plan(host, spec, gpus)
+    extra += [d for d in switches if d not in extra]
     layout = plan_layout(host, spec, gpus, extra)
     current = existing(conn, spec.name)
     seed = render_seed(spec.name, spec.cloud_init) if spec.cloud_init is not None else None
@@ -393,8 +401,15 @@ def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = 
         existing=current,
     )
     checks = _passthrough_checks(host, gpus, extra)
+    checks += fabric_checks
+    checks += foreign_function_checks(gpus, extra)
+    checks += boot_vga_checks(host, gpus, spec)
+    checks += hidden_kvm_checks(spec, gpus)
+    checks += rom_checks(host, spec, gpus)
     checks += [Check("layout", OK, note) for note in layout.notes]
     checks += [Check("layout", WARN, warning) for warning in layout.warnings]
+    checks += [Check("p2p", OK, note) for note in layout.p2p_notes]
+    checks += [Check("p2p", WARN, warning) for warning in layout.p2p_warnings]
     checks += _vcpu_checks(host, spec, layout)
     checks += _memory_checks(host, spec, layout)
     checks += _hugepage_checks(host, spec, layout)

@@ -7,10 +7,11 @@ matching node device".
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gpulab.compat import gpu_by_name, normalize_pci_id
 from gpulab.errors import GpulabError
+from gpulab.vm import viable
 from gpulab.vm.host import Gpu, Host
 from gpulab.vm.pci import PciAddress
 
@@ -96,20 +97,9 @@ def _pci_ids_for(what: str, host: Host) -> tuple[set[str], str]:
     return set(spec.pci_ids), spec.name
 
 
-def _compact(candidates: list[Gpu], count: int) -> list[Gpu]:
-    """`count` GPUs on as few NUMA nodes as possible: one node when one has enough, else in node order."""
-    by_node: dict[int, list[Gpu]] = {}
-    for gpu in candidates:
-        by_node.setdefault(gpu.numa_node if gpu.numa_node is not None else 1 << 30, []).append(gpu)
-    for node in sorted(by_node):
-        if len(by_node[node]) >= count:
-            return by_node[node][:count]
-    ordered = [g for node in sorted(by_node) for g in by_node[node]]
-    return ordered[:count]
-
-
-def select_gpus(host: Host, selector: str | Sequence[str] | None) -> list[Gpu]:
-    """The GPUs `selector` names on `host`, in a stable order (host address order, or as listed)."""
+def select_gpus(host: Host, selector: str | Sequence[str] | None, extra: Collection[PciAddress] = ()) -> list[Gpu]:
+    """The GPUs `selector` names on `host`, in a stable order (host address order, or as listed). A count picks
+    among the sets that can go to a VM whole (`extra`: devices the VM takes too, so they may share a group)."""
     terms = _terms(selector) if selector is not None else []
     if selector is not None and not terms:  # `--gpus ''` is more likely an unset variable than "no GPU"
         raise GpulabError(
@@ -148,4 +138,12 @@ def select_gpus(host: Host, selector: str | Sequence[str] | None) -> list[Gpu]:
             f"selector {term!r} asks for {count} x {label}, but this host has {len(candidates)}; ask for at most "
             f"{len(candidates)}; {host_gpu_listing(host)}."
         )
-    return sorted(_compact(candidates, count), key=lambda g: g.address)
+    found = viable.units(host, candidates, extra)
+    chosen = viable.pick(found, count)
+    if chosen is None:
+        raise GpulabError(
+            f"no {count} x {label} on this host can go to a VM whole (selector {term!r}): {viable.why_not(found)}. "
+            "Ask for a count the usable IOMMU groups add up to, name GPUs by address, add the devices that share "
+            "their group to extra_hostdevs, or move cards to slots with ACS (`gpulab vm host` lists the groups)."
+        )
+    return chosen

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpulab.compat.rules import driver_branch
 from gpulab.errors import GpulabError
 from gpulab.paths import read_input_text, shown
 from gpulab.vm.pci import PciAddress
@@ -88,6 +90,23 @@ class KernelBoot:
 
 
 @dataclass(frozen=True)
+class RomSpec:
+    file: Path | None = None  # a ROM image QEMU shows the guest instead of the card's own
+    bar: bool = True  # False: the guest sees no ROM BAR at all
+
+
+NVSWITCH_MODES = ("passthrough", "shared")
+
+
+@dataclass(frozen=True)
+class NvswitchSpec:
+    mode: str  # passthrough: every GPU and NVSwitch to this VM; shared: a partition of the host's Fabric Manager
+    partition: int | None = None
+    partitions: Mapping[int, tuple[PciAddress, ...]] | None = None  # partition id -> its GPUs
+    partitions_file: Path | None = None
+
+
+@dataclass(frozen=True)
 class VmSpec:
     name: str
     vcpus: int
@@ -101,8 +120,11 @@ class VmSpec:
     hugepage_size: str = "1G"
     numa_pinning: bool = True
     mmio_window_gib: int | None = None  # None: sized from the GPUs' BARs
-    p2p_clique: int | None = None
-    kvm_hidden: bool = False
+    p2p_clique: int | None = None  # the first clique id; each further P2P domain takes the next
+    kvm_hidden: bool | None = None  # None: on where a GeForce board's guest driver needs it
+    guest_driver: int | None = None  # the guest's driver branch (460 for R460); None: the matrix's plan
+    gpu_rom: RomSpec | None = None
+    nvswitch: NvswitchSpec | None = None
     disk: DiskSpec | None = None
     cloud_init: CloudInitSpec | None = None
     network: NetworkSpec | None = None
@@ -129,6 +151,9 @@ _KEYS = (
     "mmio_window_gib",
     "p2p_clique",
     "kvm_hidden",
+    "guest_driver",
+    "gpu_rom",
+    "nvswitch",
     "disk",
     "cloud_init",
     "network",
@@ -349,6 +374,141 @@ def _kernel_boot(r: _Reader) -> KernelBoot | None:
     return None if kernel is None else KernelBoot(kernel=kernel, initrd=initrd, cmdline=cmdline)
 
 
+def _kvm_hidden(r: _Reader) -> bool | None:
+    value = r.data.get("kvm_hidden", "auto")
+    if value == "auto":
+        return None
+    if not isinstance(value, bool):
+        r.fail("kvm_hidden", f"{value!r} is not true, false or auto.")
+        return None
+    return value
+
+
+def _guest_driver(r: _Reader) -> int | None:
+    value = r.data.get("guest_driver")
+    if value is None:
+        return None
+    text = str(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else ""
+    try:
+        branch = int(driver_branch(text)[1:]) if text.strip() and not _CONTROL.search(text) else 0
+    except GpulabError:
+        branch = 0
+    if not 100 <= branch <= 9999:
+        r.fail("guest_driver", f"{value!r} is not a driver branch or version; write e.g. R460, 460 or 460.91.03.")
+        return None
+    return branch
+
+
+def _gpu_rom(r: _Reader) -> RomSpec | None:
+    raw = r.mapping("gpu_rom")
+    if raw is None:
+        return None
+    r.unknown(raw, ("file", "bar"), "gpu_rom.")
+    file = r.path(raw["file"], "gpu_rom.file") if raw.get("file") is not None else None
+    bar = raw.get("bar", True)
+    if not isinstance(bar, bool):
+        r.fail("gpu_rom.bar", f"{bar!r} is not true or false (false hides the ROM BAR from the guest).")
+        bar = True
+    if file is not None and not bar:
+        r.fail("gpu_rom", "a ROM file is shown through the ROM BAR; give `file` or `bar: false`, not both.")
+    return RomSpec(file=file, bar=bar)
+
+
+def _partition_id(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _addresses(value: Any) -> tuple[PciAddress, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    try:
+        return tuple(PciAddress.parse(v) for v in value)
+    except GpulabError:
+        return None
+
+
+def parse_partitions(data: Any) -> dict[int, tuple[PciAddress, ...]] | None:
+    """A partition layout: {id: [GPU PCI addresses]}, or the `partitionInfo` JSON of Fabric Manager's partition
+    list (`fmpm -l`: each partition's partitionId and gpuInfo[].pciBusId). None when it is neither."""
+    if isinstance(data, dict) and isinstance(data.get("partitionInfo"), list):
+        layout: dict[int, tuple[PciAddress, ...]] = {}
+        for entry in data["partitionInfo"]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("gpuInfo"), list):
+                return None
+            pid = _partition_id(entry.get("partitionId"))
+            gpus = _addresses([g.get("pciBusId") for g in entry["gpuInfo"] if isinstance(g, dict)])
+            if pid is None or gpus is None:
+                return None
+            layout[pid] = gpus
+        return layout
+    if not isinstance(data, dict) or not data:
+        return None
+    found = {_partition_id(k): _addresses(v) for k, v in data.items()}
+    if any(k is None or v is None for k, v in found.items()):
+        return None
+    return {k: v for k, v in found.items() if k is not None and v is not None}
+
+
+_PARTITIONS_FORM = (
+    "a mapping of partition id to GPU addresses ({1: ['0000:18:00.0', '0000:2a:00.0']}), or `fmpm -l` JSON"
+)
+
+
+def _nvswitch(r: _Reader) -> NvswitchSpec | None:
+    value = r.data.get("nvswitch")
+    if value is None:
+        return None
+    raw = {"mode": value} if isinstance(value, str) else r.mapping("nvswitch")
+    if raw is None:
+        return None
+    r.unknown(raw, ("mode", "partition", "partitions", "partitions_file"), "nvswitch.")
+    mode = raw.get("mode")
+    if mode not in NVSWITCH_MODES:
+        r.fail("nvswitch.mode", f"{mode!r} is not passthrough (the whole fabric to this VM) or shared (a partition).")
+        return None
+    partition = raw.get("partition")
+    if partition is not None and _partition_id(partition) is None:
+        r.fail("nvswitch.partition", f"{partition!r} is not a partition id (a whole number from 0).")
+        partition = None
+    partitions = None
+    if "partitions" in raw:
+        partitions = parse_partitions(raw["partitions"])
+        if partitions is None:
+            r.fail("nvswitch.partitions", f"is not {_PARTITIONS_FORM}.")
+    path = r.path(raw["partitions_file"], "nvswitch.partitions_file") if "partitions_file" in raw else None
+    if path is not None:
+        fix = "give the partition layout file (YAML, or the JSON `fmpm -l` prints)."
+        try:
+            partitions = parse_partitions(yaml.safe_load(read_input_text(path, "partition layout", fix)))
+            if partitions is None:
+                r.fail("nvswitch.partitions_file", f"{shown(path)} is not {_PARTITIONS_FORM}.")
+        except GpulabError as err:
+            r.fail("nvswitch.partitions_file", str(err))
+        except yaml.YAMLError:
+            r.fail("nvswitch.partitions_file", f"{shown(path)} is not YAML or JSON; {fix}")
+    if mode == "shared":
+        if "partition" not in raw:
+            r.fail("nvswitch.partition", "shared mode needs the id of the partition this VM gets.")
+        if "partitions" in raw and "partitions_file" in raw:
+            r.fail("nvswitch", "give `partitions` or `partitions_file`, not both.")
+        elif "partitions" not in raw and "partitions_file" not in raw:
+            r.fail("nvswitch", "shared mode needs the partition layout: `partitions` or `partitions_file`.")
+    elif partition is not None or "partitions" in raw or "partitions_file" in raw:
+        r.fail("nvswitch", "partitions only apply to mode shared; passthrough gives this VM the whole fabric.")
+    return NvswitchSpec(
+        mode=str(mode),
+        partition=_partition_id(partition) if partition is not None else None,
+        partitions=partitions,
+        partitions_file=path,
+    )
+
+
 def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = None) -> VmSpec:
     """Check `data` (the parsed YAML) and build the spec; a GpulabError lists every problem."""
     if not isinstance(data, dict):
@@ -411,7 +571,10 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
         numa_pinning=r.flag("numa_pinning", True),
         mmio_window_gib=mmio,
         p2p_clique=clique,
-        kvm_hidden=r.flag("kvm_hidden", False),
+        kvm_hidden=_kvm_hidden(r),
+        guest_driver=_guest_driver(r),
+        gpu_rom=_gpu_rom(r),
+        nvswitch=_nvswitch(r),
         disk=_disk(r),
         cloud_init=_cloud_init(r, name),
         network=_network(r),

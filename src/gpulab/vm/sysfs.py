@@ -149,3 +149,17 @@ def bars(root: Path, address: PciAddress) -> tuple[Bar, ...] | None:
         if end > start and flags & _IORESOURCE_MEM:
             found.append(Bar(index=index, size=end - start + 1, is_64bit=bool(flags & _IORESOURCE_MEM_64)))
     return tuple(found)
+
+
+def boot_vga(root: Path, address: PciAddress) -> bool | None:
+    """True when the firmware booted the host's console on this device (sysfs `boot_vga` is 1)."""
+    text = _text(_device_dir(root, address) / "boot_vga")
+    return None if text is None else text == "1"
+
+
+def device_link(root: Path, address: PciAddress) -> str | None:
+    """Where /sys/bus/pci/devices/ADDR points: '../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0'."""
+    try:
+        return os.readlink(_device_dir(root, address))
+    except OSError:
+        return None
