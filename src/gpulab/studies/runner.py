@@ -122,7 +122,7 @@ def load_database(study_dir: Path) -> Any:
     import psweep as ps
 
     path = study_dir / DATABASE
-    df = ps.df_read(str(path)) if path.exists() else pd.DataFrame()
+    df = _read(path, study_dir / DATABASE_JSON) if path.exists() else pd.DataFrame()
     known = set(df["_run_id"]) if "_run_id" in df.columns else set()
     rows = []
     tmp = study_dir / "tmpsave"
@@ -136,6 +136,19 @@ def load_database(study_dir: Path) -> Any:
         df = ps.df_ensure_dtypes(pd.concat((df, pd.DataFrame(rows, dtype=object)), ignore_index=True, sort=False))
         ps.df_write(str(path), df)
     return df
+
+
+def _read(path: Path, json_copy: Path) -> Any:
+    """psweep's pickle; its JSON copy where the pickle needs what this machine lacks (a study made elsewhere, with
+    pandas on pyarrow, read here without it)."""
+    import psweep as ps
+
+    try:
+        return ps.df_read(str(path))
+    except (ImportError, AttributeError, TypeError, ValueError) as err:
+        if not json_copy.is_file():
+            raise GpulabError(f"{path} cannot be read here ({err}) and {json_copy.name} is missing") from None
+        return ps.df_read(str(json_copy), fmt="json")
 
 
 def _washed(psets: list[dict[str, Any]]) -> list[dict[str, Any]]:

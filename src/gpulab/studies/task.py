@@ -160,6 +160,8 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "final_loss": timing.loss,
         "loss_curve": _curve(losses),
         "output": _relative(finish.get("output"), run_dir),
+        "weights": session.info.get("weights"),
+        "data_used": session.info.get("data"),
     }
     if device.startswith("cuda"):
         facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
