@@ -117,8 +117,9 @@ _TIERS = (
 TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
 TIERS: tuple[str, ...] = tuple(TIER_TABLE)
 DEFAULT_TIER = "quick"
-RUN_REPORT_TIER = "run"  # a report that `gpulab run` / `gpulab sweep` started (no validation tier)
-REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER)
+RUN_REPORT_TIER = "run"  # a report that `gpulab run` / `gpulab sweep` / `gpulab study` started (no validation tier)
+PUBLISHED_TIER = "published"  # a study's published figures, transcribed with their provenance (studies/baselines/)
+REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER, PUBLISHED_TIER)
 
 
 def tier(name: str) -> Tier:

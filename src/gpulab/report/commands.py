@@ -47,7 +47,12 @@ def add_commands(sub: Any) -> None:
             "or no regression; 1: a regression (same mode only); 2: bad input or nothing in common."
         ),
     )
-    cmp_.add_argument("files", metavar="REPORT", nargs="+", type=Path, help="baseline, then others")
+    cmp_.add_argument(
+        "files",
+        metavar="REPORT",
+        nargs="+",
+        help="baseline, then others; baseline:NAME is a study's published figures (gpulab study list)",
+    )
     cmp_.add_argument(
         "--known-good",
         metavar="GPU_MODEL",
@@ -141,17 +146,19 @@ def _prices(texts: list[str], labels: list[str], paths: list[str]) -> dict[int, 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpulab.report import compare_render
+    from gpulab.studies import baselines
 
     threshold = parse_threshold(args.threshold)
-    paths = [Path(p) for p in args.files]
+    paths = [Path(baselines.resolve(p)) for p in args.files]  # baseline:NAME is a study's published figures
+    names = [p if p.startswith(baselines.PREFIX) else str(path) for p, path in zip(args.files, paths, strict=True)]
     outputs = [
         (Output(path, f"--{fmt}", f"compare.{fmt}", "choose another path"), fmt)
         for path, fmt in ((args.md, "md"), (args.html, "html"))
         if path is not None
     ]
     check_outputs([out for out, _ in outputs], inputs=paths, kind="report")  # before any work
-    reports = [(str(path), load_report(path)) for path in paths]
-    sources = [str(path) for path in paths]
+    reports = [(name, load_report(path)) for name, path in zip(names, paths, strict=True)]
+    sources = list(names)
     if args.known_good:
         from gpulab.validation import known_good
 

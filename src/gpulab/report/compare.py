@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.report.model import Check, Report, Result
 
@@ -458,6 +459,44 @@ def _normal_key(r: Result) -> ResultKey:
     return (workload, framework, launcher, n, precision, device)
 
 
+OWN_PRECISION = "own"  # a workload row in the precision its machine trains in
+
+
+def _own_precision(
+    labels: Sequence[str], indexes: list[dict[ResultKey, list[Result]]]
+) -> tuple[list[dict[ResultKey, list[Result]]], list[str]]:
+    """Across machines, a workload row found in one precision on one machine and another on the next (a P100's
+    fp32, an H100's TF32) is the same experiment run each machine's way: such rows meet under precision "own", and
+    a note says which precision each side used. Rows a machine has in several precisions stay apart."""
+
+    def bare(key: ResultKey) -> tuple[Any, ...]:
+        return (*key[:4], key[5])
+
+    def workload_rows(idx: dict[ResultKey, list[Result]]) -> dict[tuple[Any, ...], list[ResultKey]]:
+        out: dict[tuple[Any, ...], list[ResultKey]] = {}
+        for key, rs in idx.items():
+            if rs[0].launcher in names.LAUNCHERS and rs[0].unit == "samples/s":
+                out.setdefault(bare(key), []).append(key)
+        return out
+
+    per_report = [workload_rows(idx) for idx in indexes]
+    shared = set.intersection(*(set(p) for p in per_report)) if per_report else set()
+    merge = {b for b in shared if all(len(p[b]) == 1 for p in per_report) and len({p[b][0][4] for p in per_report}) > 1}
+    notes = []
+    out = []
+    for idx, found in zip(indexes, per_report, strict=True):
+        renamed = dict(idx)
+        for b in merge:
+            (key,) = found[b]
+            own: ResultKey = (key[0], key[1], key[2], key[3], OWN_PRECISION, key[5])
+            renamed[own] = renamed.pop(key)
+        out.append(renamed)
+    for b in sorted(merge, key=str):
+        used = ", ".join(f"{lab} {p[b][0][4]}" for lab, p in zip(labels, per_report, strict=True))
+        notes.append(f"{b[0]}/{b[1]}/{b[2]} compared in each machine's own precision: {used}")
+    return out, notes
+
+
 def _watts(rs: Sequence[Result]) -> float | None:
     """Median over a row's measurements of the summed mean board power of its GPUs."""
     found = []
@@ -606,6 +645,9 @@ def compare(
     mode, why = choose_mode(labels, [rep for _, rep in reports], mode)
     keyer = Result.key if mode == "same" else _normal_key
     indexes = [_index(rep.results, keyer) for _, rep in reports]
+    own_precision: list[str] = []
+    if mode == "different":
+        indexes, own_precision = _own_precision(labels, indexes)
     base = indexes[0]
 
     base_checks = {c.name for c in reports[0][1].checks}
@@ -676,7 +718,7 @@ def compare(
     if mode != "same":
         for c in checks:
             c.regressed_in = []
-    notes: list[str] = []
+    notes: list[str] = list(own_precision)
     base_fp = reports[0][1].fingerprint
     for label, (_, rep) in zip(labels[1:], reports[1:], strict=True):
         found_notes = fingerprint_notes(base_fp, rep.fingerprint)

@@ -115,6 +115,7 @@ class Report:
     command: str | None = None  # how the run was started
     duration_s: float | None = None
     interrupted: bool = False  # the run was stopped (Ctrl-C) before every test ran
+    provenance: dict[str, Any] | None = None  # a published baseline: study, source, hardware, figures
     schema: str = SCHEMA_ID
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +142,7 @@ class Report:
             command=d.get("command"),
             duration_s=d.get("duration_s"),
             interrupted=d.get("interrupted", False),
+            provenance=d.get("provenance"),
             schema=d["schema"],
         )
 

@@ -1,9 +1,85 @@
-"""Placeholder replaced below."""
+"""The original studies' published figures, shipped as reports (tier `published`, with their provenance).
+
+`gpulab compare STUDY_DIR/report.json baseline:neural-style-2018` puts this machine beside the study's machine;
+a study's report says it in one line ("1× Tesla P100-PCIE-16GB (2018): 60 s per run; this machine: 5.37 s, 11×").
+"""
 
 from __future__ import annotations
 
+import statistics
+from pathlib import Path
 from typing import Any
 
+from gpulab.errors import GpulabError
+from gpulab.report.model import Report, Result
 
-def compare_line(study: Any, runs: Any) -> str | None:
-    return None
+FOLDER = Path(__file__).parent / "baselines"
+PREFIX = "baseline:"
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in FOLDER.glob("*.json"))
+
+
+def path(name: str) -> Path:
+    """The shipped baseline `name` (with or without the baseline: prefix)."""
+    name = name.removeprefix(PREFIX)
+    found = FOLDER / f"{name}.json"
+    if not found.is_file():
+        raise GpulabError(f"no shipped baseline {name!r}; shipped: {', '.join(names())}")
+    return found
+
+
+def resolve(argument: str) -> str:
+    """A compare argument: `baseline:NAME` becomes the shipped file's path; anything else is left as it is."""
+    return str(path(argument)) if argument.startswith(PREFIX) else argument
+
+
+def load(name: str) -> Report:
+    from gpulab.report.io import load_report
+
+    return load_report(path(name))
+
+
+def _gpu_row(report: Report, workload: str) -> Result | None:
+    rows = [r for r in report.results if r.workload == workload and r.launcher == "gpu" and r.n == 1]
+    return rows[0] if rows else None
+
+
+def _hardware(report: Report) -> str:
+    gpus = report.fingerprint.get("gpus") or []
+    name = f"1× {gpus[0].get('name')}" if gpus else "the study's GPU"
+    year = (report.provenance or {}).get("published", "")
+    return f"{name} ({year})" if year and year[:1].isdigit() else name
+
+
+def compare_line(study: Any, runs: list[Any]) -> str | None:
+    """One line: the study's published time per run on its GPU against this study's median on a GPU worker.
+
+    Only for the same work (same iterations and image width as the published run); otherwise it says why not."""
+    if not study.baseline:
+        return None
+    try:
+        report = load(study.baseline)
+    except GpulabError as err:
+        return f"baseline {study.baseline}: {err}"
+    row = _gpu_row(report, study.workload)
+    if row is None or not row.seconds:
+        return f"baseline {study.baseline} has no one-GPU figure for {study.workload}"
+    published = row.params or {}
+    ours = [r for r in runs if r.status == "ok" and r.timed_s and (r.device or "").startswith("gpu")]
+    if not ours:
+        return f"{_hardware(report)}: {row.seconds:g} s per run; no run of this study ran on a GPU to compare"
+    same = all(
+        study.fixed.get(k) == published.get(p) for k, p in (("iterations", "iterations"), ("width", "image_width"))
+    )
+    if not same:
+        return (
+            f"{_hardware(report)}: {row.seconds:g} s per run of {published.get('iterations')} iterations at "
+            f"{published.get('image_width')} px; this study's runs do other work (variant {study.variant}): no ratio"
+        )
+    median = statistics.median(r.timed_s for r in ours)
+    return (
+        f"{_hardware(report)}: {row.seconds:g} s per run; this machine: {median:.2f} s median over {len(ours)} runs "
+        f"({ours[0].precision or 'own precision'}), {row.seconds / median:.1f}× faster (baseline {study.baseline})"
+    )

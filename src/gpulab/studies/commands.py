@@ -77,7 +77,9 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
     where = scheduler or "this machine"
     print(f"study {study.name}: {total} runs of {study.workload} on {where} → {study_dir}", file=sys.stderr)
     try:
-        session = run_study(study, study_dir, resume=resume, scheduler=scheduler, progress=_progress)
+        session = run_study(
+            study, study_dir, resume=resume, scheduler=scheduler, progress=_progress, command=_command_line()
+        )
     except KeyboardInterrupt:
         print(
             f"study {study.name}: interrupted; finished runs are kept in {study_dir}, "
@@ -93,6 +95,12 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
         f"{session.wall_s:.1f} s on {len(session.workers)} worker(s); report {html} and {md}"
     )
     return 1 if session.failed else 0
+
+
+def _command_line() -> str:
+    import shlex
+
+    return shlex.join(["gpulab", *sys.argv[1:]])
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from gpulab.errors import GpulabError
 from gpulab.launch.common import jsonable, write_json_atomic
 from gpulab.studies import cluster
 from gpulab.studies.psets import parameter_sets
+from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import Study
 from gpulab.studies.task import run_pset
 
@@ -218,6 +219,7 @@ def run_study(
     resume: bool = False,
     scheduler: str | None = None,
     progress: Progress | None = None,
+    command: str | None = None,
 ) -> Session:
     """Run the study's missing runs; every run (failed ones too) becomes a row of the database."""
     study_dir = Path(study_dir).resolve()
@@ -252,6 +254,7 @@ def run_study(
         raise
     _count(session, df, started)
     _write_json_db(study_dir, df)
+    write_study_report(study_dir, study, df, command)
     return _close(study_dir, session, clock)
 
 

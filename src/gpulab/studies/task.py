@@ -152,6 +152,7 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
             return _epochs_here(pset, cfg, device)
         losses: list[Any] = []
         session, timing, finish = run_session(cfg, device, plan_batch(cfg, 1), losses=losses)
+        used_threads = torch.get_num_threads()
     facts: dict[str, Any] = {
         "precision_used": cfg.precision,
         "timed_s": round(timing.seconds, 4),
@@ -160,6 +161,7 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "final_loss": timing.loss,
         "loss_curve": _curve(losses),
         "output": _relative(finish.get("output"), run_dir),
+        "threads": used_threads,
         "weights": session.info.get("weights"),
         "data_used": session.info.get("data"),
     }

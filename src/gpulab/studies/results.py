@@ -1,0 +1,91 @@
+"""A study's runs as a gpulab report (`STUDY_DIR/report.json`), so `gpulab compare` puts them beside another
+machine's or a study's published figures (`baseline:NAME`).
+
+One result row per device that ran the study's successful runs: its median samples/s (iterations/s for style
+transfer) over those runs, the median seconds of a run's own iterations; a whole-machine run is a row of its
+launcher and GPU count. The report holds this machine's fingerprint; it is rewritten whole after each session.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gpulab import names
+from gpulab.report.model import Report, Result
+
+REPORT_JSON = "report.json"
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _group(row: dict[str, Any]) -> tuple[str, int, str]:
+    """(launcher, n, device) of a run: a GPU worker's runs are gpu×1 on it, a CPU worker's cpu×threads."""
+    launcher = row.get("launcher_used")
+    if isinstance(launcher, str):
+        return launcher, int(_num(row.get("gpus_used")) or 1), ""
+    device = str(row.get("device") or "cpu")
+    if device.startswith("gpu"):
+        return "gpu", 1, device.split()[0]
+    return "cpu", int(_num(row.get("threads")) or 1), "cpu"
+
+
+def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("status") == "ok" and _num(row.get("samples_per_s")):
+            groups.setdefault(_group(row), []).append(row)
+    results = []
+    gpu_devices = sorted({d for (_, _, d) in groups if d.startswith("gpu")})
+    for (launcher, n, device), members in sorted(groups.items()):
+        rates = [_num(r["samples_per_s"]) or 0.0 for r in members]
+        timed = [t for t in (_num(r.get("timed_s")) for r in members) if t is not None]
+        steps = [s for s in (_num(r.get("steps_run")) for r in members) if s is not None]
+        precisions = sorted({str(r.get("precision_used")) for r in members if r.get("precision_used")})
+        label = f"cuda:{gpu_devices.index(device)}" if device in gpu_devices else (device or None)
+        results.append(
+            Result(
+                workload=study.workload,
+                framework=study.framework,
+                launcher=launcher,
+                n=n,
+                precision=precisions[0] if len(precisions) == 1 else "fp32",
+                value=statistics.median(rates),
+                unit="samples/s",
+                device=label if launcher in names.ONE_DEVICE_LAUNCHERS else None,
+                devices=[label] if label else [],
+                seconds=statistics.median(timed) if timed else None,
+                iterations=int(statistics.median(steps)) if steps else None,
+                params={
+                    "study": study.name,
+                    "variant": study.variant,
+                    "runs": len(members),
+                    "worker_device": device or None,
+                    "samples_per_s_min_max": [min(rates), max(rates)],
+                    "precisions": precisions,
+                },
+            )
+        )
+    return results
+
+
+def write_study_report(study_dir: Path, study: Any, df: Any, command: str | None) -> Path | None:
+    """Write STUDY_DIR/report.json from the database's successful runs (none: no report)."""
+    from gpulab.report.append import _this_host, merge_results
+    from gpulab.report.io import write_report
+
+    rows = [dict(r) for _, r in df.iterrows() if r.get("study") == study.name] if len(df) else []
+    results = study_results(rows, study)
+    if not results:
+        return None
+    report = Report(fingerprint=_this_host(), tier=names.RUN_REPORT_TIER, command=command)
+    path = Path(study_dir) / REPORT_JSON
+    write_report(merge_results(report, results), path)
+    return path
