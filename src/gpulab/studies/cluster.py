@@ -115,6 +115,7 @@ def remote_client(address: str, timeout_s: float = 30.0) -> Iterator[Any]:
     """A Dask client on a running cluster; refused with the fix when it cannot be reached or has no workers."""
     from distributed import Client
 
+    reachable(address)
     try:
         client = Client(address, timeout=timeout_s)
     except (OSError, TimeoutError) as err:
@@ -129,6 +130,26 @@ def remote_client(address: str, timeout_s: float = 30.0) -> Iterator[Any]:
                 "GPU host (one worker per GPU), then run the study again"
             )
         yield client
+
+
+def reachable(address: str) -> None:
+    """A tcp://HOST:PORT address that accepts connections, checked at once (Dask would retry for its timeout)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    fix = "start one with `dask scheduler` there, or leave --scheduler out to run here"
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if parts.scheme != "tcp" or not host or not port:
+        raise GpulabError(f"--scheduler {address!r} is not tcp://HOST:PORT (a Dask scheduler, e.g. tcp://gpu1:8786)")
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as err:
+        raise GpulabError(
+            f"--scheduler {address}: nothing answers at {host}:{port} ({err.strerror or err}); {fix}"
+        ) from None
 
 
 def worker_labels(client: Any) -> list[str]:

@@ -59,7 +59,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         study_dir = Path(args.study_dir)
         study = load_recorded(study_dir)
     else:
+        from gpulab.launch.commands import parse_params
+        from gpulab.studies.spec import with_overrides
+
         study = load_study(study_path(args.study), args.variant)
+        study = with_overrides(study, parse_params(args.param), args.data)
         study_dir = Path(args.study_dir or f"study-{study.name}" + (f"-{study.variant}" if study.variant else ""))
     if args.workers is not None:
         import dataclasses
@@ -158,6 +162,10 @@ def add_commands(sub: Any) -> None:
     run.add_argument("study", help="study file (YAML) or the name of a shipped study (gpulab study list)")
     run.add_argument("--variant", help="a variant the file defines (e.g. tiny)")
     run.add_argument("--study-dir", type=Path, help="where the database and runs go (default study-NAME[-VARIANT])")
+    run.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="set a fixed parameter (e.g. vgg_weights=FILE)"
+    )
+    run.add_argument("--data", type=Path, help="the training data (a folder, or digits), replacing the file's")
     run.set_defaults(func=cmd_run, command_name="run")
 
     resume = verbs.add_parser("resume", help="run what a study directory is missing (failed or never run)")

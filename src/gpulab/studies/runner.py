@@ -224,6 +224,12 @@ def run_study(
     """Run the study's missing runs; every run (failed ones too) becomes a row of the database."""
     study_dir = Path(study_dir).resolve()
     _check_dir(study, study_dir, resume)
+    # Where the runs go is checked before anything is written: a refused study leaves no directory behind.
+    chosen = None
+    if scheduler:
+        cluster.reachable(scheduler)
+    elif not study.whole_machine:
+        chosen = cluster.slots(study.workers, study.threads)
     study_dir.mkdir(parents=True, exist_ok=True)
     df = load_database(study_dir)
     todo, total = missing_sets(study, df)
@@ -242,7 +248,7 @@ def run_study(
             os.environ[ALL_GPUS_ENV] = str(max(1, len(gpus)))
             df = _psweep_run(todo, study_dir)
         else:
-            with _client(study, scheduler) as client:
+            with _client(scheduler, chosen) as client:
                 session.workers = cluster.worker_labels(client)
                 with _watch(client, len(todo), progress):
                     df = _psweep_run(todo, study_dir, dask_client=client)
@@ -259,12 +265,12 @@ def run_study(
 
 
 @contextlib.contextmanager
-def _client(study: Study, scheduler: str | None) -> Iterator[Any]:
+def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterator[Any]:
     if scheduler:
         with cluster.remote_client(scheduler) as client:
             yield client
         return
-    with cluster.local_client(cluster.slots(study.workers, study.threads)) as client:
+    with cluster.local_client(chosen or []) as client:
         yield client
 
 

@@ -336,3 +336,23 @@ def _data_path(value: Any, base_dir: Path | None, problems: list[str]) -> Path |
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     return path
+
+
+def with_overrides(study: Study, params: dict[str, Any], data: Path | None) -> Study:
+    """The study with fixed parameters set (--param) and its data (--data) given on the command line; the
+    recorded document changes too, so `resume` runs the same study."""
+    import dataclasses
+
+    if not params and data is None:
+        return study
+    varied = sorted(set(params) & set(study.vary.params))
+    if varied:
+        raise GpulabError(f"--param {', '.join(varied)}: the study varies it; set other parameters, or edit the file")
+    document = dict(study.document)
+    fixed = {**study.fixed, **params}
+    document["fixed"] = fixed
+    if data is not None:
+        document["data"] = str(Path(data).resolve()) if str(data) != "digits" else "digits"
+    return dataclasses.replace(
+        study, fixed=fixed, data=Path(document["data"]) if "data" in document else None, document=document
+    )
