@@ -22,6 +22,7 @@ from gpulab.studies import baselines
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
+from gpulab.studies.task import outcome
 
 EXTRA_CSS = """
 .grid{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0 1rem}
@@ -85,7 +86,8 @@ def _list(value: Any) -> list[Any]:
 def read_runs(df: Any, study: Study) -> list[Run]:
     columns = varied_columns(study)
     runs = []
-    for _, row in df.iterrows():
+    for _, raw in df.iterrows():
+        row = outcome(raw)
         if row.get("study") != study.name:
             continue
         started = row.get("_time_utc")

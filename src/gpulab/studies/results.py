@@ -80,8 +80,9 @@ def write_study_report(study_dir: Path, study: Any, df: Any, command: str | None
     """Write STUDY_DIR/report.json from the database's successful runs (none: no report)."""
     from gpulab.report.append import _this_host, merge_results
     from gpulab.report.io import write_report
+    from gpulab.studies.task import outcome
 
-    rows = [dict(r) for _, r in df.iterrows() if r.get("study") == study.name] if len(df) else []
+    rows = [outcome(r) for _, r in df.iterrows() if r.get("study") == study.name] if len(df) else []
     results = study_results(rows, study)
     if not results:
         return None

@@ -167,8 +167,8 @@ def missing_sets(study: Study, df: Any) -> tuple[list[dict[str, Any]], int]:
     """(the parameter sets with no successful row, how many the study has)."""
     psets = parameter_sets(study)
     done: set[str] = set()
-    if len(df) and "_pset_hash" in df.columns and "status" in df.columns:
-        done = {h for h, s in zip(df["_pset_hash"], df["status"], strict=True) if s == "ok"}
+    if len(df) and "_pset_hash" in df.columns and "status_" in df.columns:
+        done = {h for h, s in zip(df["_pset_hash"], df["status_"], strict=True) if s == "ok"}
     todo = [p for p, w in zip(psets, _washed(psets), strict=True) if w["_pset_hash"] not in done]
     return todo, len(psets)
 
@@ -281,7 +281,7 @@ def _count(session: Session, df: Any, started: float) -> None:
 
     mine = df[pd.to_datetime(df["_time_utc"]).map(lambda t: t.timestamp()) >= started - 1]
     session.run_ids = sorted(set(map(str, mine["_run_id"])))
-    status = list(mine.get("status", []))
+    status = list(mine.get("status_", []))
     session.ok = sum(1 for s in status if s == "ok")
     session.failed = sum(1 for s in status if s == "failed")
 

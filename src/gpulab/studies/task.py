@@ -5,8 +5,9 @@ or a CPU worker; torch, the CUDA context, cuDNN's autotuned kernels and the styl
 one run to the next, so a run costs its iterations plus well under a second. PyTorch runs on one device execute in
 the worker; other runs (TensorFlow, a launcher over the machine's GPUs) start `gpulab run` as a child process.
 
-A run never raises: an error becomes `status: failed` with the reason in `failure` (the traceback in the run's
-error.txt), and the study goes on.
+A run never raises: an error becomes `status_: failed` with the reason in `failure_` (the traceback in the run's
+error.txt), and the study goes on. Result columns end with "_", psweep's mark for results: they are not parameters,
+so they neither enter a run's hash nor count as parameters when a later session adds runs.
 """
 
 from __future__ import annotations
@@ -63,7 +64,15 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     timed = facts.get("timed_s")
     facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
     (run_dir / RESULT).write_text(json.dumps(_jsonable(facts), indent=1))
-    return facts
+    return {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
+
+
+def outcome(row: Any) -> dict[str, Any]:
+    """A database row's results by their plain names (status, wall_s, ...), its parameters beside them."""
+    items = dict(row).items()
+    plain = {k: v for k, v in items if not k.endswith("_")}
+    plain.update({k[:-1]: v for k, v in items if k.endswith("_") and not k.startswith("_")})
+    return plain
 
 
 def _in_worker(pset: dict[str, Any]) -> bool:

@@ -1,0 +1,192 @@
+"""Studies run for real through the command a user types: Dask workers (local, and a cluster started apart), every
+run a row of the psweep database, failures recorded and resumed, the report and the comparison with the baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+pytest.importorskip("distributed")
+ps = pytest.importorskip("psweep")
+
+from gpulab.report.io import load_report  # noqa: E402
+from gpulab.studies.runner import load_database  # noqa: E402
+
+ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+
+
+def gpulab(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd
+    )
+
+
+def _image(path: Path) -> Path:
+    from PIL import Image
+
+    Image.new("RGB", (48, 40), (120, 30, 200)).save(path)
+    return path
+
+
+def _study(tmp_path: Path, name: str, **extra) -> Path:
+    doc = {
+        "study": name,
+        "workload": "style_transfer",
+        "size": "tiny",
+        "precision": "fp32",
+        "fixed": {"width": 32, "iterations": 2},
+        "workers": 2,
+        **extra,
+    }
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
+    out = tmp_path / "ns"
+    started = time.perf_counter()
+    proc = gpulab("study", "run", "neural-style", "--variant", "tiny", "--study-dir", str(out))
+    wall = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "252 ok, 0 failed of 252 runs" in proc.stdout
+    df = ps.df_read(str(out / "database.pk"))
+    assert len(df) == 252 and set(df["status_"]) == {"ok"}
+    for column in ("learning_rate", "style_scales", "content_weight_blend", "style_weight", "tv_weight"):
+        assert column in df.columns
+    assert df["seed"].nunique() == 252 and set(df["worker_"]) == {"cpu0", "cpu1"}
+    assert set(df["_vary"]) == {"learning_rate", "style_scales", "content_weight_blend", "style_weight", "tv_weight",
+                                "style_layer_weight_exp"}  # fmt: skip
+    for _, row in df.iterrows():
+        assert (out / row["output_"]).is_file()  # each run its own image
+        assert len(row["loss_curve_"]) == 2 and row["wall_s_"] >= row["timed_s_"] > 0
+    assert df["overhead_s_"].median() < 2.0  # warm workers: no process start per run
+    html = (out / "report.html").read_text()
+    assert html.count("<figure>") == 252 and "Images per parameter" in html and "Loss curves" in html
+    assert "252 of 252 runs ok" in (out / "report.md").read_text()
+    report = load_report(out / "report.json")
+    assert {(r.launcher, r.workload) for r in report.results} == {("cpu", "style_transfer")}
+    compared = gpulab("compare", str(out / "report.json"), "baseline:neural-style-2018")
+    assert compared.returncode == 0, compared.stderr
+    assert "baseline:neural-style-2018" in compared.stdout and "270.0x" in compared.stdout
+    again = gpulab("study", "resume", str(out))
+    assert again.returncode == 0 and "nothing to run: all 252 runs" in again.stderr
+    print(f"252 tiny runs on two CPU workers: {wall:.1f} s")
+
+
+def test_a_failed_run_is_recorded_the_study_goes_on_and_resume_runs_only_it(tmp_path):
+    good, missing = _image(tmp_path / "good.png"), tmp_path / "later.png"
+    path = _study(tmp_path, "content", vary={"mode": "zip", "params": {"content": [str(good), str(missing)]}}, repeat=2)
+    out = tmp_path / "out"
+    first = gpulab("study", "run", str(path), "--study-dir", str(out))
+    assert first.returncode == 1 and "2 ok, 2 failed of 4 runs" in first.stdout
+    df = load_database(out)
+    failed = df[df["status_"] == "failed"]
+    assert len(failed) == 2 and all("later.png" in f for f in failed["failure_"])
+    assert all((out / pid / "error.txt").is_file() for pid in failed["_pset_id"])
+    rerun = gpulab("study", "run", str(path), "--study-dir", str(out))
+    assert rerun.returncode == 2 and "already holds this study; `gpulab study resume`" in rerun.stderr
+    _image(missing)
+    resumed = gpulab("study", "resume", str(out))
+    assert resumed.returncode == 0 and "2 ok, 0 failed of 2 runs" in resumed.stdout, resumed.stderr
+    df = load_database(out)
+    assert len(df) == 6 and (df["status_"] == "ok").sum() == 4  # the failures stay on record
+    assert len(json.loads((out / "sessions.json").read_text())) == 2
+
+
+def test_finished_runs_survive_a_lost_database(tmp_path):
+    path = _study(tmp_path, "lost", vary={"mode": "grid", "params": {"tv_weight": [1, 10, 100]}})
+    out = tmp_path / "out"
+    assert gpulab("study", "run", str(path), "--study-dir", str(out)).returncode == 0
+    (out / "database.pk").unlink()  # as when a study is stopped before psweep writes its database
+    (out / "database.json").unlink()
+    df = load_database(out)  # the rows come back from psweep's per-run saves
+    assert len(df) == 3 and set(df["status_"]) == {"ok"} and (out / "database.pk").is_file()
+    resumed = gpulab("study", "resume", str(out))
+    assert resumed.returncode == 0 and "nothing to run" in resumed.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_study_runs_on_a_dask_cluster_started_apart(tmp_path):
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-dashboard",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+    )
+    workers = subprocess.Popen(
+        [sys.executable, "-m", "gpulab", "study", "worker", address, "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        from distributed import Client
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                with Client(address, timeout=5) as client:
+                    names = [w["name"] for w in client.scheduler_info()["workers"].values()]
+                if len(names) == 2:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, "the pinned workers did not join the scheduler"
+            time.sleep(1)
+        path = _study(tmp_path, "apart", vary={"mode": "grid", "params": {"tv_weight": [1, 10, 100, 1000]}})
+        out = tmp_path / "out"
+        proc = gpulab("study", "run", str(path), "--study-dir", str(out), "--scheduler", address)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        df = load_database(out)
+        host = socket.gethostname().split(".")[0]
+        assert len(df) == 4 and set(df["status_"]) == {"ok"}
+        assert set(df["worker_"]) <= {f"{host}-cpu0", f"{host}-cpu1"} and sorted(names) == [
+            f"{host}-cpu0",
+            f"{host}-cpu1",
+        ]
+    finally:
+        for proc in (workers, scheduler):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_refusals_leave_nothing_behind(tmp_path):
+    path = _study(tmp_path, "big", workers=64)
+    out = tmp_path / "out"
+    proc = gpulab("study", "run", str(path), "--study-dir", str(out))
+    assert proc.returncode == 2 and "64 CPU workers × 1 threads exceed" in proc.stderr
+    proc = gpulab("study", "run", str(path), "--study-dir", str(out), "--scheduler", f"tcp://127.0.0.1:{_free_port()}")
+    assert proc.returncode == 2 and "nothing answers at 127.0.0.1" in proc.stderr
+    assert not out.exists()
+    proc = gpulab("study", "resume", str(tmp_path / "nothing"))
+    assert proc.returncode == 2 and "holds no study" in proc.stderr
