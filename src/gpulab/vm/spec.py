@@ -17,6 +17,7 @@ import yaml
 from gpulab.errors import GpulabError
 from gpulab.paths import read_input_text, shown
 from gpulab.vm.pci import PciAddress
+from gpulab.vm.sysfs import parse_cpulist
 
 DOMAIN_TYPES = ("kvm", "qemu")
 CPU_MODES = ("host-passthrough", "maximum", "host-model")
@@ -40,6 +41,8 @@ _SSH_KEY = re.compile(
     r"[ \t]+[A-Za-z0-9+/]+={0,2}(?:[ \t]+[^\x00-\x1f\x7f]*)?"
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CPULIST = re.compile(r"\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?)*")
+MAX_HOST_CPU = 8191  # Linux's NR_CPUS ceiling on x86
 _NAME_RULE = "ASCII letters, digits, '_', '.', '-'; starts with a letter or digit; up to 63"
 
 
@@ -103,6 +106,8 @@ class VmSpec:
     mmio_window_gib: int | None = None  # None: sized from the GPUs' BARs
     p2p_clique: int | None = None
     kvm_hidden: bool = False
+    secure_boot: bool = False  # OVMF with Secure Boot enforced and Microsoft's keys enrolled
+    housekeeping_cpus: tuple[int, ...] | None = None  # host CPUs for QEMU's emulator and I/O threads; None: chosen
     disk: DiskSpec | None = None
     cloud_init: CloudInitSpec | None = None
     network: NetworkSpec | None = None
@@ -129,6 +134,8 @@ _KEYS = (
     "mmio_window_gib",
     "p2p_clique",
     "kvm_hidden",
+    "secure_boot",
+    "housekeeping_cpus",
     "disk",
     "cloud_init",
     "network",
@@ -217,6 +224,28 @@ def _gpus(r: _Reader) -> str | None:
         return ",".join(value) if value else None
     r.fail("gpus", f"{value!r} is not a GPU selector; write e.g. 'all', '4x10de:15f8' or a list of PCI addresses.")
     return None
+
+
+def _housekeeping(r: _Reader) -> tuple[int, ...] | None:
+    value = r.data.get("housekeeping_cpus")
+    if value is None:
+        return None
+    fix = "write host CPUs as '0,40' or '0-1' (or a list such as [0, 40])."
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        cpus = tuple(value)
+    elif isinstance(value, str) and _CPULIST.fullmatch(value.replace(" ", "")):
+        text = value.replace(" ", "")
+        if any(int(lo) > int(hi) for lo, _, hi in (p.partition("-") for p in text.split(",")) if hi):
+            r.fail("housekeeping_cpus", f"{value!r} has a range that runs backwards; {fix}")
+            return None
+        cpus = parse_cpulist(text)
+    else:
+        r.fail("housekeeping_cpus", f"{value!r} is not a CPU list; {fix}")
+        return None
+    if any(not 0 <= c <= MAX_HOST_CPU for c in cpus):
+        r.fail("housekeeping_cpus", f"{value!r} names a CPU outside 0-{MAX_HOST_CPU}; {fix}")
+        return None
+    return tuple(sorted(set(cpus)))
 
 
 def _disk(r: _Reader) -> DiskSpec | None:
@@ -412,12 +441,18 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
         mmio_window_gib=mmio,
         p2p_clique=clique,
         kvm_hidden=r.flag("kvm_hidden", False),
+        secure_boot=r.flag("secure_boot", False),
+        housekeeping_cpus=_housekeeping(r),
         disk=_disk(r),
         cloud_init=_cloud_init(r, name),
         network=_network(r),
         kernel_boot=_kernel_boot(r),
         console_log=console_log,
     )
+    if spec.secure_boot and spec.firmware != "efi":
+        r.fail(
+            "secure_boot", "needs firmware: efi (SeaBIOS has no Secure Boot); set firmware: efi or drop secure_boot."
+        )
     if spec.cloud_init is not None and spec.disk is None:
         r.fail("cloud_init", "needs a `disk` (the seed image goes next to it in disk.dir).")
     if len(r.problems) == 1:  # one problem, one line
