@@ -134,7 +134,7 @@ def _short_of_cpus(
     spec: VmSpec, node: int, count: int, cpus: Sequence[int], housekeeping: Sequence[int]
 ) -> GpulabError:
     kept = [c for c in housekeeping if c in set(cpus)]
-    aside = f", {format_cpulist(kept)} of them kept for housekeeping_cpus" if kept else ""
+    aside = f"; housekeeping_cpus takes {format_cpulist(kept)}" if kept else ""
     return GpulabError(
         f"{spec.name}: {count} vCPUs are to be pinned to NUMA node {node}, which has {len(cpus)} CPUs "
         f"({format_cpulist(tuple(cpus))}{aside}). Lower vcpus, or set numa_pinning: false to let them float."
