@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from gpulab.vm.spec import VmSpec
 
-# Where DKMS keeps the key it signs modules with (Debian/Ubuntu); enrolled with MOK so the guest trusts it.
+# The keys DKMS signs modules with (Debian's, and Ubuntu's shim-signed one); enrolled with MOK so the guest
+# trusts them.
 DKMS_KEY = "/var/lib/dkms/mok.pub"
+UBUNTU_KEY = "/var/lib/shim-signed/mok/MOK.der"
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,8 @@ def firmware_warnings(spec: VmSpec) -> list[str]:
         return []
     warnings = [
         "secure_boot is on: the guest loads only signed kernel modules, so a DKMS-built NVIDIA module is refused "
-        f"until its signing key is trusted: in the guest run `mokutil --import {DKMS_KEY}`, reboot and enrol the key "
-        "in MokManager on the console (virsh console), or set secure_boot: false."
+        f"until its signing key is trusted: in the guest run `mokutil --import {DKMS_KEY}` (Ubuntu: {UBUNTU_KEY}), "
+        "reboot and enrol the key in MokManager on the console (virsh console), or set secure_boot: false."
     ]
     if spec.kernel_boot is not None:
         warnings.append(
