@@ -27,6 +27,7 @@ def test_cores_come_from_sibling_lists_whatever_the_numbering():
 def test_vcpus_go_to_whole_cores_or_to_distinct_cores_first():
     split = cores_of(range(8), SPLIT)
     assert place_vcpus(split, 4, threads=2) == [0, 4, 1, 5]
+    assert place_vcpus([(4,), (1, 5), (2, 6)], 4, threads=2) == [1, 5, 2, 6]  # only whole cores take pairs
     assert place_vcpus(split, 3, threads=1) == [0, 1, 2]  # the kernel's order would have given 0, 1, 2 too
     interleaved = cores_of(range(8), INTERLEAVED)
     assert place_vcpus(interleaved, 3, threads=1) == [0, 2, 4]  # the kernel's order would put 0 and 1 on one core
@@ -108,6 +109,9 @@ def test_two_nodes_give_one_socket_per_cell():
 def test_named_housekeeping_cpus():
     p = planned("p100x4", {"vcpus": 4, "gpus": "0000:3b:00.0", "housekeeping_cpus": "9,29"})
     assert pins(p) == [0, 20, 1, 21] and p.layout.emulator_cpuset == "9,29"
+    # One thread of core 0 named: the vCPUs still get whole cores, the other thread (20) stays unused.
+    p = planned("p100x4", {"vcpus": 4, "gpus": "0000:3b:00.0", "housekeeping_cpus": "0"})
+    assert pins(p) == [1, 21, 2, 22] and p.layout.topology.threads == 2 and p.layout.emulator_cpuset == "0"
     with pytest.raises(GpulabError) as err:
         planned("p100x4", {"vcpus": 4, "gpus": "0000:3b:00.0", "housekeeping_cpus": [0, 99]})
     assert str(err.value) == (

@@ -63,6 +63,7 @@ def place_vcpus(cores: Sequence[Core], count: int, threads: int) -> list[int]:
     """Host CPUs for `count` vCPUs in guest order. threads > 1: whole cores, one vCPU per sibling, so the guest's
     thread pairs are the host's. threads == 1: distinct cores first, their siblings only once cores run out."""
     if threads > 1:
-        return [cpu for core in cores[: count // threads] for cpu in core[:threads]]
+        whole = [core for core in cores if len(core) >= threads]
+        return [cpu for core in whole[: count // threads] for cpu in core[:threads]]
     by_thread = [core[t] for t in range(max((len(c) for c in cores), default=0)) for core in cores if t < len(core)]
     return by_thread[:count]

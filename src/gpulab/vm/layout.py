@@ -223,11 +223,11 @@ def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None
         ]
         for n in nodes
     }
-    width = min(smt_width(free[n]) for n in nodes)
-    # Whole cores to the guest as thread pairs when every cell can take them; else one vCPU per core.
-    threads = (
-        width if width > 1 and per_cell % width == 0 and all(per_cell // width <= len(free[n]) for n in nodes) else 1
-    )
+    width = min(smt_width(cores_of(node_cpus[n], host.siblings)) for n in nodes)
+    # Whole cores (a core housekeeping took a thread of does not count) to the guest as thread pairs when every
+    # cell can take them; else one vCPU per core.
+    whole = {n: sum(len(core) >= width for core in free[n]) for n in nodes}
+    threads = width if width > 1 and per_cell % width == 0 and all(per_cell // width <= whole[n] for n in nodes) else 1
     _topology(layout, len(nodes), per_cell, threads)
     if not host.siblings:
         layout.notes.append("hyper-thread siblings unknown (no libvirt topology, no sysfs): each CPU counted as a core")
