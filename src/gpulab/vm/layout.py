@@ -14,6 +14,7 @@ from gpulab.errors import GpulabError
 from gpulab.vm.cputopo import cores_of, place_vcpus, smt_width
 from gpulab.vm.firmware import firmware_warnings
 from gpulab.vm.host import GIB, Gpu, Host
+from gpulab.vm.housekeeping import auto_housekeeping, host_cpus, named_housekeeping, short_of_cpus
 from gpulab.vm.nodedev import PciDevice
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.spec import MAX_GPU_COUNT, VmSpec
@@ -130,50 +131,6 @@ def _pin_nodes(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) ->
     return nodes
 
 
-def _short_of_cpus(
-    spec: VmSpec, node: int, count: int, cpus: Sequence[int], housekeeping: Sequence[int]
-) -> GpulabError:
-    kept = [c for c in housekeeping if c in set(cpus)]
-    aside = f"; housekeeping_cpus takes {format_cpulist(kept)}" if kept else ""
-    return GpulabError(
-        f"{spec.name}: {count} vCPUs are to be pinned to NUMA node {node}, which has {len(cpus)} CPUs "
-        f"({format_cpulist(tuple(cpus))}{aside}). Lower vcpus, or set numa_pinning: false to let them float."
-    )
-
-
-def _host_cpus(host: Host) -> list[int]:
-    cpus = sorted({c for n in host.numa for c in n.cpus})
-    return cpus or (list(range(host.cpus)) if host.cpus else [])
-
-
-def _named_housekeeping(host: Host, spec: VmSpec) -> tuple[int, ...]:
-    """housekeeping_cpus as the spec names them, each checked against the host's CPUs when those are known."""
-    wanted = spec.housekeeping_cpus or ()
-    known = _host_cpus(host)
-    unknown = [c for c in wanted if known and c not in known]
-    if unknown:
-        raise GpulabError(
-            f"{spec.name}: housekeeping_cpus {format_cpulist(unknown)} are not CPUs of this host (it has "
-            f"{format_cpulist(known)}); name CPUs it has, or leave the key out to let gpulab choose."
-        )
-    return wanted
-
-
-def _auto_housekeeping(host: Host, nodes: Sequence[int], per_cell: int) -> tuple[int, ...]:
-    """A whole core not needed for vCPUs: the first core of the GPUs' node (core 0 when they sit on node 0),
-    else the host's core 0, else any core off the pinned nodes. (): none is free."""
-    node_cpus = {n: host.numa_node(n).cpus for n in nodes}  # type: ignore[union-attr]
-    candidates = [cores_of(node_cpus[n], host.siblings)[0] for n in nodes if node_cpus[n]]
-    host_cores = cores_of(_host_cpus(host), host.siblings)
-    candidates += host_cores[:1]
-    pinned = {c for cpus in node_cpus.values() for c in cpus}
-    candidates += [core for core in host_cores if not set(core) & pinned]
-    for core in candidates:
-        if all(len(set(node_cpus[n]) - set(core)) >= per_cell for n in nodes):
-            return core
-    return ()
-
-
 def _topology(layout: Layout, sockets: int, per_socket: int, threads: int) -> None:
     layout.topology = Topology(sockets=sockets, dies=1, cores=per_socket // threads, threads=threads)
 
@@ -181,11 +138,11 @@ def _topology(layout: Layout, sockets: int, per_socket: int, threads: int) -> No
 def _float(host: Host, spec: VmSpec, layout: Layout) -> None:
     """vCPUs not pinned: one socket; QEMU's own threads and the vCPUs kept apart only when housekeeping is named."""
     _topology(layout, 1, spec.vcpus, 1)
-    housekeeping = _named_housekeeping(host, spec)
+    housekeeping = named_housekeeping(host, spec)
     if not housekeeping:
         return
     layout.emulator_cpuset = format_cpulist(housekeeping)
-    rest = [c for c in _host_cpus(host) if c not in housekeeping]
+    rest = [c for c in host_cpus(host) if c not in housekeeping]
     layout.vcpu_cpuset = format_cpulist(rest) if rest else None
     layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
 
@@ -208,13 +165,13 @@ def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None
             "numa_pinning: false."
         )
     per_cell = spec.vcpus // len(nodes)
-    housekeeping = _named_housekeeping(host, spec) if spec.housekeeping_cpus else ()
+    housekeeping = named_housekeeping(host, spec) if spec.housekeeping_cpus else ()
     node_cpus = {n: host.numa_node(n).cpus for n in nodes}  # type: ignore[union-attr]
     for n in nodes:
         if len(set(node_cpus[n]) - set(housekeeping)) < per_cell:
-            raise _short_of_cpus(spec, n, per_cell, node_cpus[n], housekeeping)
+            raise short_of_cpus(spec, n, per_cell, node_cpus[n], housekeeping)
     if not spec.housekeeping_cpus:
-        housekeeping = _auto_housekeeping(host, nodes, per_cell)
+        housekeeping = auto_housekeeping(host, nodes, per_cell)
     free = {
         n: [
             k
