@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,28 @@ def wait_for_boot(guest: Guest, timeout: float) -> None:
     raise TimeoutError(f"{guest.name} did not finish booting within {timeout:.0f} s")
 
 
-def boot(conn: Any, name: str, key: Path, vcpus: int = 2, memory_mib: int = 3072) -> tuple[Guest, float]:
-    """Define and start a guest, wait until SSH logs in with `key`; returns it and the seconds from start to login."""
+def redefine(conn: Any, name: str, edit: Callable[[str], str]) -> None:
+    """Define the domain again from its stored definition passed through `edit` (gpulab's metadata kept)."""
+    import libvirt
+
+    xml = conn.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    conn.defineXMLFlags(edit(xml), libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+
+
+def boot(
+    conn: Any,
+    name: str,
+    key: Path,
+    vcpus: int = 2,
+    memory_mib: int = 3072,
+    overrides: dict[str, Any] | None = None,
+    host: Any = None,
+    edit: Callable[[str], str] | None = None,
+) -> tuple[Guest, float]:
+    """Define and start a guest, wait until SSH logs in with `key`; returns it and the seconds from start to login.
+
+    `overrides` change the spec's keys, `host` replaces gpulab's discovery of this machine (a gpulab.vm.Host), and
+    `edit` rewrites the defined domain's XML before it starts (to drop what this machine cannot give a guest)."""
     from gpulab import vm
 
     base = disk.base_disk()
@@ -123,8 +144,11 @@ def boot(conn: Any, name: str, key: Path, vcpus: int = 2, memory_mib: int = 3072
     workdir.mkdir(exist_ok=True)
     workdir.chmod(0o755)
     public_key = Path(f"{key}.pub").read_text().strip()
-    spec = vm.spec_from_dict(spec_dict(name, base, public_key, workdir, vcpus, memory_mib), where=f"test guest {name}")
-    vm.define(conn, spec)
+    data = {**spec_dict(name, base, public_key, workdir, vcpus, memory_mib), **(overrides or {})}
+    spec = vm.spec_from_dict(data, where=f"test guest {name}")
+    vm.define(conn, spec, host=host)
+    if edit is not None:
+        redefine(conn, name, edit)
     started = time.monotonic()
     try:
         out = vm.start(conn, name, wait_ssh=True, timeout=BOOT_TIMEOUT)

@@ -6,8 +6,9 @@ before its checks pass.
 
     conn = connect("qemu:///system")            # or qemu+ssh://host/system, test:///abs/path/host.xml
     host = discover_host(conn)                  # Host: .gpus (address, name, NUMA node, PCIe link, IOMMU group,
-                                                #   companions, BAR bytes, driver, P2P domain, boot VGA), .nvswitches,
-                                                #   .numa, .iommu_enabled, .vfio_modules, .cpus, .memory_mib
+                                                #   companions, BAR bytes, driver, P2P domain, boot VGA, reset
+                                                #   methods), .nvswitches, .numa, .siblings, .iommu_enabled,
+                                                #   .interrupt_remapping, .vfio_modules, .cpus, .memory_mib
     gpus = select_gpus(host, "4x10de:15f8")     # also "all", "none", "2", "P100", "2xP100", "0000:3b:00.0,3c:00.0"
     spec = load_spec(Path("vm.yml"))            # or spec_from_dict({...}); keys documented in docs/vm.md
     p = plan(conn, spec)                        # Plan: .xml, .checks (ok/warn/fail), .ok, .gpus, .up_to_date

@@ -51,6 +51,7 @@ def _gib(value: int) -> str:
 
 
 def cmd_host(args: argparse.Namespace) -> int:
+    from gpulab.vm.cputopo import cores_of, smt_width
     from gpulab.vm.host import discover_host
     from gpulab.vm.sysfs import format_cpulist
 
@@ -63,6 +64,13 @@ def cmd_host(args: argparse.Namespace) -> int:
     print(f"IOMMU:    {iommu[host.iommu_enabled]}")
     memory = "unknown" if host.memory_mib is None else _gib(host.memory_mib << 20)
     print(f"CPUs:     {host.cpus if host.cpus is not None else 'unknown'}; memory {memory}")
+    ir = host.interrupt_remapping
+    if ir is None:
+        print("IRQ remap: unknown (no sysfs read)")
+    else:
+        state = {True: "on", False: "OFF", None: "unknown"}[ir.enabled]
+        unsafe = "; vfio allow_unsafe_interrupts SET" if ir.allow_unsafe else ""
+        print(f"IRQ remap: {state} ({ir.detail}){unsafe}")
     if host.vfio_modules is not None:
         modules = ", ".join(f"{m} {'loaded' if ok else 'NOT loaded'}" for m, ok in host.vfio_modules.items())
         print(f"VFIO:     {modules}")
@@ -82,6 +90,10 @@ def cmd_host(args: argparse.Namespace) -> int:
         print(
             f"  node {node.node}: CPUs {format_cpulist(node.cpus)}" + (f"; hugepages {pages}" if pages else "") + memory
         )
+        if host.siblings:
+            cores = cores_of(node.cpus, host.siblings)
+            pairs = " ".join(format_cpulist(core) for core in cores[:4]) + (" ..." if len(cores) > 4 else "")
+            print(f"    {len(cores)} cores, {smt_width(cores)} threads each: {pairs}")
     print(f"GPUs ({len(host.gpus)}):")
     for gpu in host.gpus:
         link = gpu.device.link
@@ -101,6 +113,11 @@ def cmd_host(args: argparse.Namespace) -> int:
             extra.append("boot VGA (drives the host's console)")
         extra += [f"in its slot, no GPU function: {f.address} {f.kind}" for f in gpu.foreign]
         print(f"      {'; '.join(extra)}")
+        if gpu.reset_methods is not None:
+            none = "NONE (a VM reboot may hang the card)"
+            if gpu.companions or gpu.foreign:
+                none = "none of its own (multi-function card: vfio-pci resets its slot's bus)"
+            print(f"      reset: {', '.join(gpu.reset_methods) or none}")
     if host.nvswitches:
         print(f"NVSwitches ({len(host.nvswitches)}):")
         for device in host.nvswitches:

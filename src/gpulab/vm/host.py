@@ -17,6 +17,8 @@ from gpulab.errors import GpulabError
 from gpulab.hw import pci_gpu
 from gpulab.vm import sysfs
 from gpulab.vm.connection import error_text, is_local, libvirt_module
+from gpulab.vm.cputopo import cores_of, siblings_from_capabilities, siblings_from_sysfs
+from gpulab.vm.hostfacts import InterruptRemapping, interrupt_remapping, reset_methods
 from gpulab.vm.nodedev import PciDevice, parse_pci_nodedev
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.topology import UNKNOWN as UNKNOWN_DOMAIN
@@ -56,6 +58,7 @@ class Gpu:
     foreign: tuple[PciDevice, ...] = ()  # other functions in the GPU's slot that are no part of a graphics board
     boot_vga: bool | None = None  # the host's console runs on it; None when sysfs was not read
     domain: P2pDomain = UNKNOWN_DOMAIN
+    reset_methods: tuple[str, ...] | None = None  # flr, pm, bus...; (): none; None: unknown (no sysfs)
 
     @property
     def address(self) -> PciAddress:
@@ -89,6 +92,7 @@ class Gpu:
             },
             "bar_bytes": self.bar_bytes,
             "bar_source": self.bar_source,
+            "reset_methods": None if self.reset_methods is None else list(self.reset_methods),
         }
 
 
@@ -117,6 +121,8 @@ class Host:
     cpus: int | None = None  # logical CPUs; None when libvirt cannot say
     memory_mib: int | None = None  # RAM; None when libvirt cannot say
     nvswitches: tuple[PciDevice, ...] = ()  # NVIDIA NVSwitches (HGX/DGX baseboards)
+    siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # cpu -> its hyper-threads; {}: unknown
+    interrupt_remapping: InterruptRemapping | None = None  # None: unknown (no sysfs)
 
     def gpu_at(self, address: PciAddress) -> Gpu | None:
         return next((g for g in self.gpus if g.address == address), None)
@@ -133,10 +139,12 @@ class Host:
             "facts_root": None if self.facts_root is None else str(self.facts_root),
             "cpus": self.cpus,
             "memory_mib": self.memory_mib,
+            "interrupt_remapping": None if self.interrupt_remapping is None else self.interrupt_remapping.to_dict(),
             "numa_nodes": [
                 {
                     "node": n.node,
                     "cpus": sysfs.format_cpulist(n.cpus),
+                    "cores": [sysfs.format_cpulist(core) for core in cores_of(n.cpus, self.siblings)],
                     "memory_mib": n.memory_mib,
                     "hugepages": {f"{kib}kB": {"free": f, "total": t} for kib, (f, t) in sorted(n.hugepages.items())},
                 }
@@ -169,9 +177,9 @@ def list_pci_devices(conn: Any) -> dict[PciAddress, PciDevice]:
 _UNIT_BYTES = {"b": 1, "bytes": 1, "k": 1 << 10, "KiB": 1 << 10, "M": MIB, "MiB": MIB, "G": GIB, "GiB": GIB}
 
 
-def _caps_numa(conn: Any) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+def _caps_numa(capabilities_xml: str) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
     """NUMA cells with their CPUs and their memory in MiB from libvirt's host capabilities (empty when none)."""
-    root = ET.fromstring(conn.getCapabilities())
+    root = ET.fromstring(capabilities_xml)
     cells, memory = {}, {}
     for cell in root.findall("host/topology/cells/cell"):
         cpus = tuple(sorted(int(c.get("id", "-1")) for c in cell.findall("cpus/cpu")))
@@ -221,6 +229,7 @@ def _gpu(device: PciDevice, devices: Mapping[PciAddress, PciDevice], root: Path 
         foreign=tuple(d for d in in_slot if d not in companions),
         boot_vga=sysfs.boot_vga(root, device.address) if root is not None else None,
         domain=p2p_domain(device, spec, devices, root),
+        reset_methods=reset_methods(root, device.address) if root is not None else None,
     )
 
 
@@ -233,7 +242,8 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
     devices = list_pci_devices(conn)
     gpus = tuple(_gpu(d, devices, root) for addr, d in sorted(devices.items()) if d.is_nvidia_gpu)
 
-    cpus_by_node, memory_by_node = _caps_numa(conn)
+    capabilities = conn.getCapabilities()
+    cpus_by_node, memory_by_node = _caps_numa(capabilities)
     if not cpus_by_node and root is not None:
         cpus_by_node = sysfs.numa_cpus(root) or {}
     if root is not None and not memory_by_node:
@@ -244,6 +254,9 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
         for n, cpus in sorted(cpus_by_node.items())
     )
     host_cpus, host_memory = _node_info(conn)
+    siblings = siblings_from_capabilities(capabilities)
+    if not siblings and root is not None:
+        siblings = siblings_from_sysfs(root) or {}
 
     iommu = sysfs.iommu_enabled(root) if root is not None else None
     if iommu is None and any(d.iommu_group is not None for d in devices.values()):
@@ -260,4 +273,6 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
         cpus=host_cpus or (sum(len(n.cpus) for n in numa) or None),
         memory_mib=host_memory,
         nvswitches=tuple(d for _addr, d in sorted(devices.items()) if d.is_nvswitch),
+        siblings=siblings,
+        interrupt_remapping=interrupt_remapping(root) if root is not None else None,
     )

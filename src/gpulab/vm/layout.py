@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpulab.errors import GpulabError
+from gpulab.vm.cputopo import cores_of, place_vcpus, smt_width
+from gpulab.vm.firmware import firmware_warnings
 from gpulab.vm.host import GIB, Gpu, Host
+from gpulab.vm.housekeeping import auto_housekeeping, host_cpus, named_housekeeping, short_of_cpus
 from gpulab.vm.nodedev import PciDevice
 from gpulab.vm.p2p import p2p_cliques
 from gpulab.vm.pci import PciAddress
@@ -33,6 +36,14 @@ class Cell:
     host_node: int
     vcpus: str  # cpulist of guest vCPUs
     memory_mib: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    sockets: int
+    dies: int
+    cores: int  # per die
+    threads: int  # per core
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,16 @@ class MaxPhysAddr:
 class Layout:
     cells: list[Cell] = field(default_factory=list)
     pins: list[Pin] = field(default_factory=list)
-    emulator_cpuset: str | None = None
+    emulator_cpuset: str | None = None  # QEMU's emulator and I/O threads (housekeeping CPUs when there are any)
+    vcpu_cpuset: str | None = None  # where floating vCPUs may run (kept off named housekeeping CPUs)
+    topology: Topology | None = None
     numa_nodeset: str | None = None
     memnodes: list[tuple[int, int]] = field(default_factory=list)  # (guest cell, host node)
     expanders: list[Expander] = field(default_factory=list)
     root_ports: list[RootPort] = field(default_factory=list)
     hostdevs: list[Hostdev] = field(default_factory=list)
     mmio_window_mb: int | None = None
+    pcihole64_kib: int | None = None  # SeaBIOS: the 64-bit PCI hole QEMU's ACPI tables advertise
     maxphysaddr: MaxPhysAddr | None = None
     bar_bytes: int = 0
     host_nodes: list[int] = field(default_factory=list)  # host NUMA nodes the VM is pinned to
@@ -123,61 +137,107 @@ def _pin_nodes(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) ->
     return nodes
 
 
-def _cpus_of(host: Host, node: int, count: int, spec: VmSpec) -> tuple[int, ...]:
-    numa = host.numa_node(node)
-    cpus = numa.cpus if numa else ()
-    if count > len(cpus):
-        raise GpulabError(
-            f"{spec.name}: {count} vCPUs are to be pinned to NUMA node {node}, which has {len(cpus)} CPUs "
-            f"({format_cpulist(cpus)}). Lower vcpus, or set numa_pinning: false to let them float."
-        )
-    # The kernel lists physical cores before their hyper-thread siblings, so vCPUs land on distinct cores first.
-    return cpus[:count]
+def _topology(layout: Layout, sockets: int, per_socket: int, threads: int) -> None:
+    layout.topology = Topology(sockets=sockets, dies=1, cores=per_socket // threads, threads=threads)
+
+
+def _float(host: Host, spec: VmSpec, layout: Layout) -> None:
+    """vCPUs not pinned: one socket; QEMU's own threads and the vCPUs kept apart only when housekeeping is named."""
+    _topology(layout, 1, spec.vcpus, 1)
+    housekeeping = named_housekeeping(host, spec)
+    if not housekeeping:
+        return
+    layout.emulator_cpuset = format_cpulist(housekeeping)
+    rest = [c for c in host_cpus(host) if c not in housekeeping]
+    layout.vcpu_cpuset = format_cpulist(rest) if rest else None
+    layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
 
 
 def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None:
     nodes = _pin_nodes(host, spec, gpus, layout)
     layout.host_nodes = nodes
     if not nodes:
-        return
-    if len(nodes) == 1:
-        cpus = _cpus_of(host, nodes[0], spec.vcpus, spec)
-        layout.pins = [Pin(v, str(c)) for v, c in enumerate(cpus)]
-        layout.emulator_cpuset = format_cpulist(cpus)
-        layout.numa_nodeset = str(nodes[0])
-        layout.memory_per_node_mib = {nodes[0]: spec.memory_mib}
-        layout.notes.append(
-            f"vCPUs pinned to host CPUs {format_cpulist(cpus)} and memory bound to NUMA node {nodes[0]}"
-        )
+        _float(host, spec, layout)
         return
     if spec.vcpus < len(nodes):
         raise GpulabError(
             f"{spec.name}: the GPUs span NUMA nodes {', '.join(map(str, nodes))}, which needs one vCPU per node at "
             f"least; give vcpus >= {len(nodes)} or set numa_pinning: false."
         )
+    if spec.vcpus % len(nodes):
+        raise GpulabError(
+            f"{spec.name}: the GPUs span NUMA nodes {', '.join(map(str, nodes))} and the guest gets one socket per "
+            f"node, so {spec.vcpus} vCPUs do not split evenly; give vcpus a multiple of {len(nodes)} or set "
+            "numa_pinning: false."
+        )
+    per_cell = spec.vcpus // len(nodes)
+    housekeeping = named_housekeeping(host, spec) if spec.housekeeping_cpus else ()
+    node_cpus = {n: host.numa_node(n).cpus for n in nodes}  # type: ignore[union-attr]
+    for n in nodes:
+        if len(set(node_cpus[n]) - set(housekeeping)) < per_cell:
+            raise short_of_cpus(spec, n, per_cell, node_cpus[n], housekeeping)
+    if not spec.housekeeping_cpus:
+        housekeeping = auto_housekeeping(host, nodes, per_cell)
+    free = {
+        n: [
+            k
+            for k in (tuple(c for c in core if c not in housekeeping) for core in cores_of(node_cpus[n], host.siblings))
+            if k
+        ]
+        for n in nodes
+    }
+    width = min(smt_width(cores_of(node_cpus[n], host.siblings)) for n in nodes)
+    # Whole cores (a core housekeeping took a thread of does not count) to the guest as thread pairs when every
+    # cell can take them; else one vCPU per core.
+    whole = {n: sum(len(core) >= width for core in free[n]) for n in nodes}
+    threads = width if width > 1 and per_cell % width == 0 and all(per_cell // width <= whole[n] for n in nodes) else 1
+    _topology(layout, len(nodes), per_cell, threads)
+    if not host.siblings:
+        layout.notes.append("hyper-thread siblings unknown (no libvirt topology, no sysfs): each CPU counted as a core")
+    vcpu_cpus: list[int] = []
+    for n in nodes:
+        cpus = place_vcpus(free[n], per_cell, threads)
+        if threads == 1 and per_cell > len(free[n]):
+            layout.notes.append(
+                f"{per_cell} vCPUs on {len(free[n])} cores of node {n}: some share a core as hyper-threads the guest "
+                "sees as separate cores; an even vcpus gives it whole cores as thread pairs"
+            )
+        vcpu_cpus.extend(cpus)
+    layout.pins = [Pin(v, str(c)) for v, c in enumerate(vcpu_cpus)]
+    if housekeeping:
+        layout.emulator_cpuset = format_cpulist(housekeeping)
+        layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
+    else:
+        layout.emulator_cpuset = format_cpulist(vcpu_cpus)
+        layout.warnings.append(
+            f"no host CPU is left for QEMU's emulator and I/O threads, so they share the vCPUs' CPUs "
+            f"({layout.emulator_cpuset}) and steal time from the guest; lower vcpus by a core or name "
+            "housekeeping_cpus."
+        )
+    layout.numa_nodeset = format_cpulist(nodes)
+    threads_text = f", {threads} threads per core" if threads > 1 else ""
+    if len(nodes) == 1:
+        layout.memory_per_node_mib = {nodes[0]: spec.memory_mib}
+        layout.notes.append(
+            f"vCPUs pinned to host CPUs {format_cpulist(vcpu_cpus)}{threads_text} and memory bound to NUMA node "
+            f"{nodes[0]}"
+        )
+        return
     unit_mib = spec.hugepage_kib // 1024 if spec.hugepages else 1
-    memory_units = _split(spec.memory_mib // unit_mib, len(nodes))
-    first_vcpu = 0
-    all_cpus: list[int] = []
-    for cell, (node, vcpus, units) in enumerate(zip(nodes, _split(spec.vcpus, len(nodes)), memory_units, strict=True)):
+    for cell, (node, units) in enumerate(zip(nodes, _split(spec.memory_mib // unit_mib, len(nodes)), strict=True)):
         if units == 0:
             raise GpulabError(
                 f"{spec.name}: {spec.memory_mib} MiB cannot be split over NUMA nodes {nodes} in {spec.hugepage_size} "
                 "pages; give more memory or set numa_pinning: false."
             )
-        cpus = _cpus_of(host, node, vcpus, spec)
-        all_cpus.extend(cpus)
-        layout.pins.extend(Pin(first_vcpu + i, str(c)) for i, c in enumerate(cpus))
-        guest_vcpus = format_cpulist(list(range(first_vcpu, first_vcpu + vcpus)))
+        first = cell * per_cell
+        guest_vcpus = format_cpulist(list(range(first, first + per_cell)))
         layout.cells.append(Cell(id=cell, host_node=node, vcpus=guest_vcpus, memory_mib=units * unit_mib))
         layout.memnodes.append((cell, node))
         layout.memory_per_node_mib[node] = units * unit_mib
-        first_vcpu += vcpus
-    layout.emulator_cpuset = format_cpulist(all_cpus)
-    layout.numa_nodeset = format_cpulist(nodes)
     layout.notes.append(
-        f"GPUs span host NUMA nodes {', '.join(map(str, nodes))}: one guest NUMA cell and one pxb-pcie per node, "
-        "each GPU behind its node's expander"
+        f"GPUs span host NUMA nodes {', '.join(map(str, nodes))}: one guest NUMA cell, socket and pxb-pcie per node, "
+        f"each GPU behind its node's expander{threads_text}"
     )
 
 
@@ -252,13 +312,17 @@ def _mmio(spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None:
         window = 0
     if not window:
         return
-    if spec.firmware != "efi":
+    if spec.firmware == "efi":
+        layout.mmio_window_mb = window // (1 << 20)
+    else:
+        # q35 with SeaBIOS: SeaBIOS places 64-bit BARs itself and can leave large ones unassigned; the hole QEMU's
+        # ACPI tables advertise (pcihole64 on pcie-root) at least lets the guest kernel assign them.
+        layout.pcihole64_kib = window // 1024
         layout.warnings.append(
-            f"the GPUs' BARs need a {window // GIB} GiB 64-bit MMIO window, which only OVMF can be told to open; "
-            "use firmware: efi."
+            f"the GPUs' BARs need a {window // GIB} GiB 64-bit MMIO window; SeaBIOS cannot be told to open one, so "
+            "the VM only advertises the 64-bit PCI hole (pcihole64) and the guest kernel may have to assign the BARs "
+            "(pci=realloc). Use firmware: efi."
         )
-        return
-    layout.mmio_window_mb = window // (1 << 20)
     if spec.cpu_mode == "host-passthrough":
         layout.maxphysaddr = MaxPhysAddr("passthrough", None)
     else:
@@ -279,6 +343,7 @@ def plan_layout(host: Host, spec: VmSpec, gpus: Sequence[Gpu], extra: Sequence[P
     _numa(host, spec, gpus, layout)
     _pci_tree(spec, gpus, extra, layout)
     _mmio(spec, gpus, layout)
+    layout.warnings.extend(firmware_warnings(spec))
     if spec.p2p_clique is not None and len(gpus) < 2:
         layout.warnings.append("p2p_clique is set but the VM has fewer than 2 GPUs; there is no peer to reach.")
     return layout

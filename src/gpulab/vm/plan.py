@@ -19,6 +19,7 @@ from gpulab.vm.checks import FAIL, OK, WARN, Check
 from gpulab.vm.connection import is_local
 from gpulab.vm.domain import Existing, digest, existing
 from gpulab.vm.fabric import fabric_plan, partition_gpus
+from gpulab.vm.firmware import firmware_of
 from gpulab.vm.host import Gpu, Host, discover_host
 from gpulab.vm.identity import domain_uuid, mac_address
 from gpulab.vm.iommu import group_problems
@@ -175,6 +176,73 @@ def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> 
                     "at boot.",
                 )
             )
+    return checks
+
+
+def _interrupt_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> list[Check]:
+    """Interrupt remapping keeps a guest from forging interrupts into the host; VFIO refuses devices without it."""
+    ir = host.interrupt_remapping
+    if (not gpus and not extra) or ir is None or host.iommu_enabled is False:
+        return []
+    if ir.enabled is None:
+        return [Check("interrupt_remapping", WARN, f"whether interrupt remapping is on cannot be read ({ir.detail}).")]
+    if ir.enabled:
+        return [Check("interrupt_remapping", OK, f"interrupt remapping on: {ir.detail}")]
+    fix = (
+        "turn interrupt remapping on (VT-d/AMD-Vi with x2APIC in the firmware setup; no intremap=off or nointremap "
+        "on the kernel command line)"
+    )
+    if ir.allow_unsafe:
+        return [
+            Check(
+                "interrupt_remapping",
+                WARN,
+                f"interrupt remapping is off ({ir.detail}); VFIO accepts the devices only because "
+                "vfio_iommu_type1.allow_unsafe_interrupts is set, which lets the guest inject interrupts into the "
+                f"host; {fix} and drop that option.",
+            )
+        ]
+    return [
+        Check(
+            "interrupt_remapping",
+            WARN,
+            f"interrupt remapping is off ({ir.detail}), so VFIO refuses the devices when the VM starts; {fix}. "
+            "vfio_iommu_type1.allow_unsafe_interrupts=1 gets past it only by trusting the guest.",
+        )
+    ]
+
+
+def _reset_checks(gpus: list[Gpu]) -> list[Check]:
+    """A GPU the kernel cannot reset keeps its state across guest reboots; a reboot of the VM may hang it."""
+    checks = []
+    for gpu in gpus:
+        if gpu.reset_methods is None:
+            continue
+        if not gpu.reset_methods and (gpu.companions or gpu.foreign):
+            # The kernel lists a bus reset only for a device alone on its bus; vfio-pci still resets a
+            # multi-function card (a GeForce board with its audio) by resetting the slot's bus when the VM owns
+            # every function, which the plan ensures (companions go along; a foreign function is refused or taken).
+            checks.append(
+                Check(
+                    "reset",
+                    OK,
+                    f"GPU {gpu.address} has no reset of its own (a multi-function card: no FLR, and the kernel "
+                    "offers a bus reset only to a device alone on its bus); vfio-pci resets it with a bus reset of "
+                    "its slot, as the VM owns every function there",
+                )
+            )
+        elif not gpu.reset_methods:
+            checks.append(
+                Check(
+                    "reset",
+                    WARN,
+                    f"GPU {gpu.address} has no reset method (sysfs shows no reset_method): the card cannot be reset "
+                    "between guest boots, so a VM reboot may leave it hung until the host reboots; move it to a slot "
+                    "whose upstream port can do a secondary bus reset (reset_method then lists bus).",
+                )
+            )
+        else:
+            checks.append(Check("reset", OK, f"GPU {gpu.address} resets by {', '.join(gpu.reset_methods)}"))
     return checks
 
 
@@ -348,6 +416,7 @@ def render_domain(spec: VmSpec, layout: Layout, gpus: list[Gpu], uuid: str, seed
     title = f"gpulab VM, {len(gpus)} x {gpus[0].name}" if gpus and len({g.name for g in gpus}) == 1 else "gpulab VM"
     if gpus and len({g.name for g in gpus}) > 1:
         title = "gpulab VM, " + ", ".join(g.name for g in gpus)
+    firmware = firmware_of(spec)
     disk = None
     if spec.disk is not None:
         disk = {"path": spec.disk.disk_path(spec.name), "format": spec.disk.disk_format}
@@ -363,6 +432,8 @@ def render_domain(spec: VmSpec, layout: Layout, gpus: list[Gpu], uuid: str, seed
             "cpu_mode": spec.cpu_mode,
             "firmware": spec.firmware,
             "kvm_hidden": kvm_hidden(spec, gpus) and spec.domain_type == "kvm",
+            "secure_boot": firmware.secure_boot,
+            "firmware_features": firmware.features,
             "hugepage_kib": spec.hugepage_kib if spec.hugepages else None,
         },
         layout=layout,
@@ -401,6 +472,8 @@ def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = 
         existing=current,
     )
     checks = _passthrough_checks(host, gpus, extra)
+    checks += _interrupt_checks(host, gpus, extra)
+    checks += _reset_checks(gpus)
     checks += fabric_checks
     checks += foreign_function_checks(gpus, extra)
     checks += boot_vga_checks(host, gpus, spec)

@@ -19,6 +19,7 @@ from gpulab.compat.rules import driver_branch
 from gpulab.errors import GpulabError
 from gpulab.paths import read_input_text, shown
 from gpulab.vm.pci import PciAddress
+from gpulab.vm.sysfs import parse_cpulist
 
 DOMAIN_TYPES = ("kvm", "qemu")
 CPU_MODES = ("host-passthrough", "maximum", "host-model")
@@ -42,6 +43,8 @@ _SSH_KEY = re.compile(
     r"[ \t]+[A-Za-z0-9+/]+={0,2}(?:[ \t]+[^\x00-\x1f\x7f]*)?"
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CPULIST = re.compile(r"\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?)*")
+MAX_HOST_CPU = 8191  # Linux's NR_CPUS ceiling on x86
 _NAME_RULE = "ASCII letters, digits, '_', '.', '-'; starts with a letter or digit; up to 63"
 
 
@@ -125,6 +128,8 @@ class VmSpec:
     guest_driver: int | None = None  # the guest's driver branch (460 for R460); None: the matrix's plan
     gpu_rom: RomSpec | None = None
     nvswitch: NvswitchSpec | None = None
+    secure_boot: bool = False  # OVMF with Secure Boot enforced and Microsoft's keys enrolled
+    housekeeping_cpus: tuple[int, ...] | None = None  # host CPUs for QEMU's emulator and I/O threads; None: chosen
     disk: DiskSpec | None = None
     cloud_init: CloudInitSpec | None = None
     network: NetworkSpec | None = None
@@ -154,6 +159,8 @@ _KEYS = (
     "guest_driver",
     "gpu_rom",
     "nvswitch",
+    "secure_boot",
+    "housekeeping_cpus",
     "disk",
     "cloud_init",
     "network",
@@ -242,6 +249,28 @@ def _gpus(r: _Reader) -> str | None:
         return ",".join(value) if value else None
     r.fail("gpus", f"{value!r} is not a GPU selector; write e.g. 'all', '4x10de:15f8' or a list of PCI addresses.")
     return None
+
+
+def _housekeeping(r: _Reader) -> tuple[int, ...] | None:
+    value = r.data.get("housekeeping_cpus")
+    if value is None:
+        return None
+    fix = "write host CPUs as '0,40' or '0-1' (or a list such as [0, 40])."
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        cpus = tuple(value)
+    elif isinstance(value, str) and _CPULIST.fullmatch(value.replace(" ", "")):
+        text = value.replace(" ", "")
+        if any(int(lo) > int(hi) for lo, _, hi in (p.partition("-") for p in text.split(",")) if hi):
+            r.fail("housekeeping_cpus", f"{value!r} has a range that runs backwards; {fix}")
+            return None
+        cpus = parse_cpulist(text)
+    else:
+        r.fail("housekeeping_cpus", f"{value!r} is not a CPU list; {fix}")
+        return None
+    if any(not 0 <= c <= MAX_HOST_CPU for c in cpus):
+        r.fail("housekeeping_cpus", f"{value!r} names a CPU outside 0-{MAX_HOST_CPU}; {fix}")
+        return None
+    return tuple(sorted(set(cpus)))
 
 
 def _disk(r: _Reader) -> DiskSpec | None:
@@ -575,12 +604,18 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
         guest_driver=_guest_driver(r),
         gpu_rom=_gpu_rom(r),
         nvswitch=_nvswitch(r),
+        secure_boot=r.flag("secure_boot", False),
+        housekeeping_cpus=_housekeeping(r),
         disk=_disk(r),
         cloud_init=_cloud_init(r, name),
         network=_network(r),
         kernel_boot=_kernel_boot(r),
         console_log=console_log,
     )
+    if spec.secure_boot and spec.firmware != "efi":
+        r.fail(
+            "secure_boot", "needs firmware: efi (SeaBIOS has no Secure Boot); set firmware: efi or drop secure_boot."
+        )
     if spec.cloud_init is not None and spec.disk is None:
         r.fail("cloud_init", "needs a `disk` (the seed image goes next to it in disk.dir).")
     if len(r.problems) == 1:  # one problem, one line
