@@ -83,6 +83,11 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
+def _timestamp(value: Any) -> float | None:
+    stamp = getattr(value, "timestamp", None)
+    return float(stamp()) if callable(stamp) else None
+
+
 def read_runs(df: Any, study: Study) -> list[Run]:
     columns = varied_columns(study)
     runs = []
@@ -105,7 +110,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 output=row.get("output") if isinstance(row.get("output"), str) else None,
                 device=row.get("device") if isinstance(row.get("device"), str) else None,
                 worker=row.get("worker") if isinstance(row.get("worker"), str) else None,
-                started=started.timestamp() if hasattr(started, "timestamp") else None,
+                started=_timestamp(started),
                 vary=row.get("_vary") if isinstance(row.get("_vary"), str) else None,
                 metric=row.get("metric") if isinstance(row.get("metric"), str) else None,
                 final_metric=_num(row.get("final_metric")),
