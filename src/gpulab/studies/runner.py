@@ -24,6 +24,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.launch.common import jsonable, write_json_atomic
 from gpulab.studies import cluster
+from gpulab.studies.generated import with_generated_data
 from gpulab.studies.psets import parameter_sets
 from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import Study
@@ -231,6 +232,7 @@ def run_study(
     elif not study.whole_machine:
         chosen = cluster.slots(study.workers, study.threads)
     study_dir.mkdir(parents=True, exist_ok=True)
+    study = with_generated_data(study, study_dir)
     df = load_database(study_dir)
     todo, total = missing_sets(study, df)
     write_json_atomic(study_dir / STUDY_JSON, study_record(study))

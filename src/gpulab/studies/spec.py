@@ -330,7 +330,7 @@ def _data_path(value: Any, base_dir: Path | None, problems: list[str]) -> Path |
     if not isinstance(value, str) or not value.strip():
         problems.append(f"data: {value!r} is not a path")
         return None
-    if value == "digits":  # the built-in data set (scikit-learn's digits)
+    if value in ("digits", "generated"):  # scikit-learn's digits; a small set made in the study directory
         return Path(value)
     path = Path(value).expanduser()
     if not path.is_absolute() and base_dir is not None:
@@ -352,7 +352,7 @@ def with_overrides(study: Study, params: dict[str, Any], data: Path | None) -> S
     fixed = {**study.fixed, **params}
     document["fixed"] = fixed
     if data is not None:
-        document["data"] = str(Path(data).resolve()) if str(data) != "digits" else "digits"
+        document["data"] = str(data) if str(data) in ("digits", "generated") else str(Path(data).resolve())
     return dataclasses.replace(
         study, fixed=fixed, data=Path(document["data"]) if "data" in document else None, document=document
     )

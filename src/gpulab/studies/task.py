@@ -276,7 +276,8 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         raise RuntimeError(f"gpulab run exited {proc.returncode}: {lines[-1] if lines else 'no output'}")
     result = json.loads(proc.stdout)
     params = result.get("params") or {}
-    record = params.get("epoch_record") or {}
+    found = params.get("epochs")
+    record: dict[str, Any] = found if isinstance(found, dict) else {}
     return {
         "precision_used": result.get("precision"),
         "timed_s": result.get("seconds") if not record else record.get("total_s"),
