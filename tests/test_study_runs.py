@@ -190,3 +190,34 @@ def test_refusals_leave_nothing_behind(tmp_path):
     assert not out.exists()
     proc = gpulab("study", "resume", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "holds no study" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["chexnet", "cifar10-vgg", "mnist-keras", "keras-scaling", "resnet50-285"])
+def test_each_shipped_study_runs_at_its_tiny_size(tmp_path, name):
+    from gpulab.studies.commands import shipped
+    from gpulab.studies.spec import load_study
+
+    study = load_study(shipped()[name], "tiny")
+    if study.framework == "tensorflow":
+        pytest.importorskip("tensorflow")
+    out = tmp_path / name
+    proc = gpulab("study", "run", name, "--variant", "tiny", "--study-dir", str(out), timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    df = load_database(out)
+    assert len(df) >= 2 and set(df["status_"]) == {"ok"}
+    assert all(isinstance(c, str) and c.startswith(sys.executable) for c in [_command(out, p) for p in df["_pset_id"]])
+    if study.epochs:
+        assert df["final_metric_"].notna().all() and all(len(r) == study.epochs["epochs"] for r in df["epoch_records_"])
+    report = load_report(out / "report.json")
+    assert {r.launcher for r in report.results} >= {p["launcher"] for p in _launchers(study)}
+    assert (out / "report.html").is_file()
+
+
+def _command(out: Path, pset_id: str) -> str:
+    return (out / pset_id / "command.txt").read_text().split()[0]
+
+
+def _launchers(study):
+    from gpulab.studies.psets import parameter_sets
+
+    return parameter_sets(study)

@@ -232,6 +232,9 @@ def headline(summary: Summary) -> str:
     return text
 
 
+GPU_USE_HEADERS = ("GPU", "utilisation (mean)", "memory (max)", "power (mean)", "samples")
+
+
 @dataclass
 class StudyPage:
     study: Study
@@ -239,14 +242,34 @@ class StudyPage:
     summary: Summary
     baseline_line: str | None
     columns: list[str]
+    gpu_use: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    rows = []
+    for k, session in enumerate(sessions):
+        for g in session.get("gpu_use") or []:
+            label = f"GPU {g.get('index')}" + (f" (session {k + 1})" if len(sessions) > 1 else "")
+            util = _num(g.get("util_mean"))
+            rows.append(
+                (
+                    label,
+                    f"{util:.0f} %" if util is not None else "",
+                    fmt_num(_num(g.get("mem_max_mib")), "MiB"),
+                    fmt_num(_num(g.get("power_mean_w")), "W"),
+                    g.get("samples", ""),
+                )
+            )
+    return rows
 
 
 def build(study_dir: Path) -> StudyPage:
     study = load_recorded(study_dir)
     runs = read_runs(load_database(study_dir), study)
-    summary = summarise(runs, read_sessions(study_dir))
+    sessions = read_sessions(study_dir)
+    summary = summarise(runs, sessions)
     line = baselines.compare_line(study, runs) if study.baseline else None
-    return StudyPage(study, runs, summary, line, varied_columns(study))
+    return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions))
 
 
 def to_markdown(page: StudyPage) -> str:
@@ -262,6 +285,8 @@ def to_markdown(page: StudyPage) -> str:
         ("worker", "runs", "busy", "share of wall time"),
         [(w, n, fmt_num(b, "s"), f"{100 * u:.0f} %") for w, n, b, u in page.summary.per_worker],
     )
+    if page.gpu_use:
+        out += ["", "GPU use while the study ran (NVML):", "", *_md_table(GPU_USE_HEADERS, page.gpu_use)]
     out += ["", "## Runs", ""]
     out += _md_table(_RUN_HEADERS(page.columns), _runs_rows(page.runs, page.columns))
     return "\n".join(out).rstrip() + "\n"
@@ -303,6 +328,9 @@ def to_html(page: StudyPage) -> str:
             num_cols=(1, 2, 3),
         )
     )
+    if page.gpu_use:
+        body.append("<h3>GPU use while the study ran (NVML)</h3>")
+        body.append(_html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
     curves = plot_curves(page.runs)
     if curves:
         body.append("<h2>Loss curves</h2>" + _img(curves, "loss curves"))

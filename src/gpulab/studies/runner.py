@@ -53,6 +53,7 @@ class Session:
     interrupted: bool = False
     machine_runs: int = 0
     notes: list[str] = field(default_factory=list)
+    gpu_use: list[dict[str, Any]] = field(default_factory=list)  # per GPU: util_mean, mem_max_mib, power_mean_w
 
 
 def study_record(study: Study) -> dict[str, Any]:
@@ -250,7 +251,7 @@ def run_study(
             os.environ[ALL_GPUS_ENV] = str(max(1, len(gpus)))
             df = _psweep_run(todo, study_dir)
         else:
-            with _client(scheduler, chosen) as client:
+            with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
                 with _watch(client, len(todo), progress):
                     df = _psweep_run(todo, study_dir, dask_client=client)
@@ -274,6 +275,26 @@ def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterato
         return
     with cluster.local_client(chosen or []) as client:
         yield client
+
+
+@contextlib.contextmanager
+def _sampling(chosen: list[cluster.Slot] | None, session: Session) -> Iterator[None]:
+    """NVML utilisation, memory and power of this machine's study GPUs while the runs go (per GPU, in the session)."""
+    indices = [int(s.name.removeprefix("gpu")) for s in chosen or [] if s.gpu and s.name.startswith("gpu")]
+    if not indices:
+        yield
+        return
+    from gpulab.telemetry import Sampler
+
+    sampler = Sampler(indices)
+    sampler.start()
+    try:
+        yield
+    finally:
+        sampler.stop()
+        summary = sampler.summary()
+        if summary is not None:
+            session.gpu_use = jsonable(summary.per_gpu)
 
 
 def _count(session: Session, df: Any, started: float) -> None:
