@@ -50,6 +50,7 @@ class Run:
     started: float | None
     vary: str | None
     metric: str | None = None
+    precision: str | None = None
     final_metric: float | None = None
     time_to_target_s: float | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
@@ -113,6 +114,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 started=_timestamp(started),
                 vary=row.get("_vary") if isinstance(row.get("_vary"), str) else None,
                 metric=row.get("metric") if isinstance(row.get("metric"), str) else None,
+                precision=row.get("precision_used") if isinstance(row.get("precision_used"), str) else None,
                 final_metric=_num(row.get("final_metric")),
                 time_to_target_s=_num(row.get("time_to_target_s")),
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],
