@@ -233,6 +233,7 @@ class EpochTrainer:
                 "validation": split.val_source,
                 "classes": self.recipe.task.classes,
                 "batch": self.batch,
+                "steps": len(self.train_loader) * len(epochs),  # optimiser steps of one rank
                 "world": self.world,
                 "optimizer": type(self.optimizer).__name__,
                 "learning_rate": optimizer_lr(self.optimizer),

@@ -86,11 +86,11 @@ def _per_sample(cfg: RunConfig, side: int, fraction: float, label_columns: int) 
     """An image folder: one folder per class, or labels.csv; validation held out."""
     import numpy as np
 
-    from gpulab.workloads.data import ClassFolder, ImageFolderCSV, is_class_folder, read_labels_csv
+    from gpulab.workloads.data import ClassFolder, ImageFolderCSV, read_labels_csv, wants_class_folder
 
     root = data_root(cfg)
     held = f"held out {fraction:g} of the images"
-    if label_columns == 1 and is_class_folder(root):
+    if label_columns == 1 and wants_class_folder(root):
         found = ClassFolder.read(root, cfg.workload)
         train, val = held_out(len(found.paths), fraction, cfg.seed)
         return Split(

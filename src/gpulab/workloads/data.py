@@ -316,8 +316,16 @@ CLASS_FOLDER_LAYOUT = "ROOT/<class name>/*.jpg|*.png, one folder per class"
 
 
 def is_class_folder(root: Path) -> bool:
-    """A folder with sub-folders and no labels CSV: read as one folder per class (torchvision's ImageFolder)."""
-    return root.is_dir() and not (root / LABELS_CSV).exists() and any(p.is_dir() for p in root.iterdir())
+    """A folder read as one folder per class (torchvision's ImageFolder): sub-folders, and neither a labels CSV
+    nor CIFAR-10 batches."""
+    if not root.is_dir() or (root / LABELS_CSV).exists() or (root / CIFAR_FILES[0]).exists():
+        return False
+    return any(p.is_dir() and p.name != "cifar-10-batches-py" for p in root.iterdir())
+
+
+def wants_class_folder(root: Path) -> bool:
+    """For image-folder workloads: a folder without labels.csv is a folder per class (its errors say so)."""
+    return root.is_dir() and not (root / LABELS_CSV).exists()
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def folder_classes(cfg: RunConfig, found: int) -> int:
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import numpy as np
 
-    from gpulab.workloads.data import ClassFolder, ImageFolderCSV, is_class_folder, read_labels_csv
+    from gpulab.workloads.data import ClassFolder, ImageFolderCSV, read_labels_csv, wants_class_folder
 
     st = settings(cfg)
     batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
@@ -105,7 +105,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     classes = [st.classes]  # a class-per-folder data set sets its own count before the model is built
 
     def real(root: Path) -> tuple[Any, bool]:
-        if is_class_folder(root):
+        if wants_class_folder(root):
             found = ClassFolder.read(root, "resnet50")
             classes[0] = folder_classes(cfg, len(found.classes))
             return found.dataset(side), False
