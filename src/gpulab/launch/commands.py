@@ -73,6 +73,7 @@ def epochs_from_args(args: argparse.Namespace) -> Any:
                 ("--val-fraction", args.val_fraction),
                 ("--target-accuracy", args.target_accuracy),
                 ("--weights", args.weights),
+                ("--save-weights", args.save_weights),
             )
             if v is not None
         ]
@@ -87,6 +88,7 @@ def epochs_from_args(args: argparse.Namespace) -> Any:
         learning_rate=_option_number(args, "lr", float),
         target_accuracy=_option_number(args, "target_accuracy", float),
         weights=args.weights,
+        save_weights=args.save_weights,
     )
 
 
@@ -126,6 +128,9 @@ def check_outputs(args: argparse.Namespace) -> None:
             load_report(args.report)  # a file that is not a report is refused now, not after the training
     if getattr(args, "sweep_dir", None) is not None:
         output_dir(args.sweep_dir, "--sweep-dir")
+    if getattr(args, "save_weights", None) is not None:
+        inputs = [args.weights] if getattr(args, "weights", None) is not None else []
+        output_file(args.save_weights, "--save-weights", inputs=inputs)
 
 
 def describe(result: Result) -> str:
@@ -372,6 +377,7 @@ def add_commands(sub: Any) -> None:
     )
     epochs.add_argument("--target-accuracy", metavar="A", help="report the time to reach this validation metric")
     epochs.add_argument("--weights", type=Path, metavar="FILE", help="a torch state_dict to start from")
+    epochs.add_argument("--save-weights", type=Path, metavar="FILE", help="save the trained model's state_dict here")
     epochs.add_argument(
         "--optimizer", metavar="NAME", help="adam or sgd instead of the workload's own (also for timed runs)"
     )

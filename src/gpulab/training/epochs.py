@@ -34,6 +34,7 @@ class EpochSpec:
     learning_rate: float | None = None
     target_accuracy: float | None = None  # time to reach this validation metric (0..1]
     weights: Path | None = None  # a torch state_dict loaded before training
+    save_weights: Path | None = None  # where the trained model's state_dict goes (torch.save), written atomically
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
@@ -51,8 +52,10 @@ class EpochSpec:
             not _number(self.target_accuracy) or not 0 < self.target_accuracy <= 1
         ):
             raise GpulabError(f"--target-accuracy must be a number in (0, 1], not {self.target_accuracy!r}")
-        if self.weights is not None and not isinstance(self.weights, Path):
-            object.__setattr__(self, "weights", Path(self.weights))
+        for name in ("weights", "save_weights"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,13 +65,15 @@ class EpochSpec:
             "learning_rate": self.learning_rate,
             "target_accuracy": self.target_accuracy,
             "weights": str(self.weights) if self.weights is not None else None,
+            "save_weights": str(self.save_weights) if self.save_weights is not None else None,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EpochSpec:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        if known.get("weights") is not None:
-            known["weights"] = Path(known["weights"])
+        for name in ("weights", "save_weights"):
+            if known.get(name) is not None:
+                known[name] = Path(known[name])
         return cls(**known)
 
 

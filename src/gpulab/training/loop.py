@@ -206,7 +206,12 @@ class EpochTrainer:
                 time_to_target = elapsed  # training and validation time until the epoch that reached it
             if on_epoch is not None and self.rank == 0:
                 on_epoch(dict(record))
-        return self._record(epochs, time.perf_counter() - started, time_to_target)
+        total = time.perf_counter() - started
+        if spec.save_weights is not None and self.rank == 0:
+            from gpulab.training.weights import save_weights
+
+            save_weights(self.model, spec.save_weights)
+        return self._record(epochs, total, time_to_target)
 
     def _record(self, epochs: list[dict[str, Any]], total: float, time_to_target: float | None) -> dict[str, Any]:
         from gpulab.launch.common import jsonable
@@ -238,6 +243,7 @@ class EpochTrainer:
                 "optimizer": type(self.optimizer).__name__,
                 "learning_rate": optimizer_lr(self.optimizer),
                 "weights": str(self.spec.weights) if self.spec.weights is not None else None,
+                "saved_weights": str(self.spec.save_weights) if self.spec.save_weights is not None else None,
                 "notes": self.notes,
                 **self.numerics.facts(),
             }

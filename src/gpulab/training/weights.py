@@ -75,3 +75,19 @@ def load_weights(model: Any, path: Path, workload: str) -> list[str]:
         f"--weights: the classifier head {head} is {was[0]} classes in {path.name} and {now[0]} here: "
         "it starts from a fresh initialisation"
     ]
+
+
+def save_weights(model: Any, path: Path) -> None:
+    """The model's state_dict (on the CPU) to `path` through a temporary file and a rename."""
+    import os
+
+    import torch
+
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
