@@ -249,3 +249,16 @@ def test_timed_runs_take_the_optimizer_digits_and_class_folders(tmp_path):
     s = build(RunConfig("cifar10", size="tiny", batch=4, data=tmp_path / "set", num_workers=0), "cpu")
     assert s.model[-1].out_features == 2 and math.isfinite(float(s.step()))
     s.finish()
+
+
+def test_epoch_rows_are_their_own_series():
+    from gpulab.report.model import Result
+    from gpulab.report.scaling import speedups
+
+    def row(launcher, n, value, mode=None):
+        params = {"mode": mode} if mode else {}
+        return Result("mnist", "torch", launcher, n, "fp32", value, "samples/s", devices=[launcher], params=params)
+
+    rows = [row("cpu", 1, 10.0), row("cpu", 1, 5.0, "epochs"), row("cpu", 2, 8.0, "epochs")]
+    assert rows[1].key()[0] == "mnist (epochs)" and rows[0].key()[0] == "mnist"
+    assert [(s.workload, s.from_, s.to) for s in speedups(rows)] == [("mnist (epochs)", "cpu:1", "cpu:2")]
