@@ -50,7 +50,7 @@ def run_epochs(launch: Launch) -> Result:
     raise GpulabError(f"--epochs runs with --launcher cpu, gpu, dataparallel or ddp, not {launch.launcher}")
 
 
-def _result(
+def epoch_result(
     cfg: RunConfig,
     record: dict[str, Any],
     plan: BatchPlan,
@@ -60,16 +60,17 @@ def _result(
     devices: list[str],
     device: str | None,
     telemetry: Any = None,
+    framework: str = "torch",
+    versions: dict[str, str] | None = None,
     **extra: Any,
 ) -> Result:
-    import torch
-
+    """The Result of an epoch run: value = training samples per second over all epochs, params.epochs = record."""
     epochs = record["epochs"]
     first, last = epochs[0]["train_loss"], epochs[-1]["train_loss"]
     info = {k: record.get(k) for k in RECORD_FACTS}
     info.update(workload=cfg.workload, mode="epochs", precision=record.get("precision"))
     params = launch_params(
-        cfg, plan, info, {}, last, last is not None, first, torch=torch.__version__, epochs=record, **extra
+        cfg, plan, info, {}, last, last is not None, first, **(versions or {}), epochs=record, **extra
     )
     return make_result(
         cfg,
@@ -83,7 +84,14 @@ def _result(
         device=device,
         params=params,
         telemetry=telemetry,
+        framework=framework,
     )
+
+
+def _result(cfg: RunConfig, record: dict[str, Any], plan: BatchPlan, **kwargs: Any) -> Result:
+    import torch
+
+    return epoch_result(cfg, record, plan, versions={"torch": torch.__version__}, **kwargs)
 
 
 def _cpu(cfg: RunConfig, spec: EpochSpec, threads: int | None) -> Result:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochListener, EpochSpec, current_listener
 from gpulab.training.metrics import accuracy, mean_auc
 from gpulab.training.recipes import Recipe, recipe
@@ -177,7 +178,12 @@ class EpochTrainer:
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self, on_epoch: EpochListener | None = None) -> dict[str, Any]:
-        on_epoch = on_epoch or current_listener()
+        try:
+            return self._run(on_epoch or current_listener())
+        except GpulabError as err:
+            raise GpulabError(_one_line(err)) from None
+
+    def _run(self, on_epoch: EpochListener | None) -> dict[str, Any]:
         spec = self.spec
         epochs: list[dict[str, Any]] = []
         time_to_target: float | None = None

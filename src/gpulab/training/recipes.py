@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
@@ -255,7 +254,3 @@ def recipe(cfg: RunConfig, val_fraction: float) -> Recipe:
     if make is None:
         raise GpulabError(f"epoch training knows {', '.join(EPOCH_WORKLOADS)}, not {cfg.workload!r}")
     return make(cfg, val_fraction)
-
-
-def data_path(cfg: RunConfig) -> Path | None:
-    return None if cfg.data is None else Path(cfg.data)
