@@ -157,7 +157,7 @@ def test_cli_cpu_and_dataparallel_pass_through(tmp_path, capsys):
         (["--lr", "nan"], "--lr 'nan' is not a finite number"),
         (["--val-fraction", "0.2"], "--val-fraction applies to epoch training: add --epochs N"),
         (["--epochs", "1", "--weights", "/nonexistent/w.pt"], "does not exist"),
-        (["--epochs", "1", "--framework", "tensorflow", "--launcher", "mirrored"], "--epochs trains with"),
+        (["--epochs", "1", "--builder", "mymodule:build"], "--epochs trains gpulab's own workloads; drop --builder"),
     ],
 )
 def test_cli_bad_values_are_one_line(extra, message, capsys):
@@ -195,6 +195,13 @@ def test_class_folder_errors(tmp_path):
     data = ClassFolder.read(tmp_path / "set", "resnet50").dataset(16)
     with pytest.raises(GpulabError, match=r"cannot read image .*cats/broken.jpg"):
         data[0]
+    (tmp_path / "set" / "cats" / "notes.txt").unlink()
+    for name in ("a.png", "b.png"):
+        (tmp_path / "set" / "cats" / name).write_bytes(b"not a png either")
+    cfg = RunConfig("cifar10", data=tmp_path / "set", batch=2, num_workers=1)
+    with pytest.raises(GpulabError, match=r"^cannot read image .*cats/\w+\.(jpg|png)") as err:
+        train_epochs(cfg, "cpu", EpochSpec(1, val_fraction=0.4))  # the loader worker's error, in one line
+    assert "\n" not in str(err.value)
 
 
 def test_class_folder_sets_the_classes_and_refuses_a_mismatch(tmp_path):

@@ -220,7 +220,9 @@ def epoch_line(record: dict[str, Any], total: int, metric: str) -> str:
 
 
 def epochs_summary(record: dict[str, Any]) -> str:
-    text = f"{len(record['epochs'])} epochs in {record['total_s']:.2f} s (training {record['train_s']:.2f} s)"
+    count = len(record["epochs"])
+    plural = "s" if count != 1 else ""
+    text = f"{count} epoch{plural} in {record['total_s']:.2f} s (training {record['train_s']:.2f} s)"
     final = record.get("final_metric")
     text += f", final {record['metric']} {final:.4f}" if isinstance(final, (int, float)) else ""
     target = record.get("target")
