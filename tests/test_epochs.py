@@ -211,7 +211,7 @@ def test_class_folder_sets_the_classes_and_refuses_a_mismatch(tmp_path):
     record = train_epochs(cfg, "cpu", EpochSpec(1, val_fraction=0.25))
     assert record["classes"] == 3 and (record["train_samples"], record["val_samples"]) == (18, 6)
     assert record["validation"].startswith("held out 0.25")
-    with pytest.raises(GpulabError, match="has 3 class folders but num_classes=5"):
+    with pytest.raises(GpulabError, match="has 3 classes but num_classes=5"):
         train_epochs(RunConfig("resnet50", data=root, params={"num_classes": 5}), "cpu", EpochSpec(1))
 
 
@@ -269,3 +269,20 @@ def test_epoch_rows_are_their_own_series():
     rows = [row("cpu", 1, 10.0), row("cpu", 1, 5.0, "epochs"), row("cpu", 2, 8.0, "epochs")]
     assert rows[1].key()[0] == "mnist (epochs)" and rows[0].key()[0] == "mnist"
     assert [(s.workload, s.from_, s.to) for s in speedups(rows)] == [("mnist (epochs)", "cpu:1", "cpu:2")]
+
+
+def test_mnist_idx_uses_its_test_split_or_holds_out(tmp_path):
+    import shutil
+
+    from gpulab.workloads.data import write_digits_mnist
+
+    root = tmp_path / "mnist"
+    write_digits_mnist(root)
+    cfg = RunConfig("mnist", data=root, batch=128)
+    record = train_epochs(cfg, "cpu", EpochSpec(1, val_fraction=0.25))
+    assert (record["train_samples"], record["val_samples"]) == (1348, 449) and record["validation"].startswith("held")
+    for name in ("images-idx3-ubyte", "labels-idx1-ubyte"):
+        shutil.copy(root / f"train-{name}", root / f"t10k-{name}")
+    record = train_epochs(cfg, "cpu", EpochSpec(1))
+    assert (record["train_samples"], record["val_samples"]) == (1797, 1797)
+    assert record["validation"] == "the data set's test split" and record["data"] == f"real:{root}"

@@ -129,7 +129,17 @@ def mnist(cfg: RunConfig, fraction: float) -> Recipe:
         root = data_root(cfg)
         split = _test_or_held_out(read_mnist(root), read_mnist_test(root), fraction, cfg)
     augment = DeviceAugment(mean=m.MEAN, std=m.STD, channels_last=cfg.channels_last, seed=cfg.seed)
-    return Recipe(task, m.make_model, m.own_optimizer(st), st.batch, augment, None, m.MEAN, m.STD, split)
+    return Recipe(
+        task=task,
+        make_model=m.make_model,
+        own_optimizer=m.own_optimizer(st),
+        batch=st.batch,
+        train_augment=augment,
+        eval_crop=None,
+        mean=m.MEAN,
+        std=m.STD,
+        split=split,
+    )
 
 
 def cifar10(cfg: RunConfig, fraction: float) -> Recipe:
@@ -152,15 +162,15 @@ def cifar10(cfg: RunConfig, fraction: float) -> Recipe:
         crop=32, pad=4, flip=True, mean=c.MEAN, std=c.STD, channels_last=cfg.channels_last, seed=cfg.seed
     )
     return Recipe(
-        Task((3, 32, 32), classes),
-        lambda: c.make_model(classes),
-        c.own_optimizer(st),
-        st.batch,
-        augment,
-        None,
-        c.MEAN,
-        c.STD,
-        split,
+        task=Task((3, 32, 32), classes),
+        make_model=lambda: c.make_model(classes),
+        own_optimizer=c.own_optimizer(st),
+        batch=st.batch,
+        train_augment=augment,
+        eval_crop=None,  # pad-and-crop training keeps 32×32: validation sees the whole image
+        mean=c.MEAN,
+        std=c.STD,
+        split=split,
     )
 
 
@@ -185,15 +195,15 @@ def resnet50(cfg: RunConfig, fraction: float) -> Recipe:
         crop=st.crop, flip=True, mean=r.MEAN, std=r.STD, channels_last=cfg.channels_last, seed=cfg.seed
     )
     return Recipe(
-        Task((3, st.crop, st.crop), classes),
-        lambda: r.make_model(classes),
-        r.own_optimizer(st),
-        st.batch,
-        augment,
-        st.crop,
-        r.MEAN,
-        r.STD,
-        split,
+        task=Task((3, st.crop, st.crop), classes),
+        make_model=lambda: r.make_model(classes),
+        own_optimizer=r.own_optimizer(st),
+        batch=st.batch,
+        train_augment=augment,
+        eval_crop=st.crop,  # images load at 256/224 of the crop: validation takes the centre
+        mean=r.MEAN,
+        std=r.STD,
+        split=split,
     )
 
 
@@ -223,15 +233,15 @@ def chexnet(cfg: RunConfig, fraction: float) -> Recipe:
         crop=st.crop, flip=True, mean=x.MEAN, std=x.STD, channels_last=cfg.channels_last, seed=cfg.seed
     )
     return Recipe(
-        Task((3, st.crop, st.crop), x.CLASSES, multilabel=True),
-        x.make_model,
-        x.own_optimizer(st),
-        st.batch,
-        augment,
-        st.crop,
-        x.MEAN,
-        x.STD,
-        split,
+        task=Task((3, st.crop, st.crop), x.CLASSES, multilabel=True),
+        make_model=x.make_model,
+        own_optimizer=x.own_optimizer(st),
+        batch=st.batch,
+        train_augment=augment,
+        eval_crop=st.crop,
+        mean=x.MEAN,
+        std=x.STD,
+        split=split,
     )
 
 

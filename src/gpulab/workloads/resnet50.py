@@ -84,12 +84,13 @@ def own_optimizer(st: Settings) -> OwnOptimizer:
 
 
 def folder_classes(cfg: RunConfig, found: int) -> int:
-    """The class count of a class-per-folder data set: the folder's, unless --param num_classes says otherwise."""
+    """The class count of a data set that names its classes (a folder per class, digits): a different
+    --param num_classes is an error."""
     given = cfg.params.get("num_classes")
     if given is not None and int(given) != found:
         raise GpulabError(
-            f"{cfg.workload}: {cfg.data} has {found} class folders but num_classes={given}; "
-            "drop --param num_classes (it follows the folder) or fix the folder"
+            f"{cfg.workload}: {cfg.data} has {found} classes but num_classes={given}; "
+            "drop --param num_classes (it follows the data) or fix the data"
         )
     return found
 
