@@ -286,3 +286,18 @@ def test_mnist_idx_uses_its_test_split_or_holds_out(tmp_path):
     record = train_epochs(cfg, "cpu", EpochSpec(1))
     assert (record["train_samples"], record["val_samples"]) == (1797, 1797)
     assert record["validation"] == "the data set's test split" and record["data"] == f"real:{root}"
+
+
+def test_bf16_autocast_trains():
+    record = train_epochs(RunConfig("mnist", precision="bf16", data=DIGITS, batch=128), "cpu", EpochSpec(1))
+    assert (record["precision"], record["autocast"], record["loss_scaling"]) == ("bf16", "bf16", False)
+    assert record["final_metric"] >= 0.5
+
+
+def test_digits_without_scikit_learn_is_one_line(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # as on a GPU node without scikit-learn
+    assert main(["run", "mnist", "--launcher", "cpu", "--epochs", "1", "--data", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "--data digits needs scikit-learn" in err and err.count("\n") == 1
