@@ -65,7 +65,6 @@ class EpochTrainer:
         self.rank, self.world = distributed_rank()
         seed_everything(cfg.seed)
         self.recipe: Recipe = recipe(cfg, spec.val_fraction)
-        self.numerics = Numerics(cfg.precision, device)
         r = self.recipe
         model = r.make_model()
         self.notes = load_weights(model, spec.weights, cfg.workload) if spec.weights is not None else []
@@ -92,6 +91,8 @@ class EpochTrainer:
         shard = list(range(self.rank, len(split.val), self.world))  # no padding: each sample counted once
         self.val_loader = _loader(split.val, shard, self.batch, split.batched, cfg, device)
         self.eval_transform = DeviceAugment(mean=r.mean, std=r.std, channels_last=cfg.channels_last)
+        # Last: it changes process-wide settings (TF32, cuDNN autotuning) that close() restores.
+        self.numerics = Numerics(cfg.precision, device)
 
     # -- one epoch -------------------------------------------------------------------------------------------
     def _train_pass(self) -> tuple[float, int, float]:
