@@ -301,3 +301,8 @@ def test_digits_without_scikit_learn_is_one_line(monkeypatch, capsys):
     assert main(["run", "mnist", "--launcher", "cpu", "--epochs", "1", "--data", "digits"]) == 2
     err = capsys.readouterr().err
     assert "--data digits needs scikit-learn" in err and err.count("\n") == 1
+
+
+def test_style_transfer_refuses_optimizer_choice(capsys):
+    assert main(["run", "style_transfer", "--launcher", "cpu", "--lr", "0.1"]) == 2
+    assert "--optimizer and --lr do not apply" in capsys.readouterr().err

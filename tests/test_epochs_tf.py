@@ -49,3 +49,12 @@ def test_refusals(argv, message, capsys):
     assert main(["run", *argv, "--framework", "tensorflow", "--launcher", "cpu", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_timed_tensorflow_run_takes_the_optimizer(capsys):
+    argv = ["run", "mnist", "--framework", "tensorflow", "--launcher", "cpu", "--size", "tiny", "--warmup", "1"]
+    assert main([*argv, "--optimizer", "sgd", "--lr", "0.05", "--json"]) == 0
+    import json
+
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert params["optimizer"] == "SGD" and params["learning_rate"] == pytest.approx(0.05)

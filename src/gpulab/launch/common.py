@@ -83,6 +83,12 @@ def check_run_fields(cfg: RunConfig) -> None:
             raise GpulabError(f"--{name} must be at least {least}, got {value}")
     from gpulab.workloads.data import is_digits
 
+    if cfg.workload == "style_transfer" and (cfg.optimizer is not None or cfg.learning_rate is not None):
+        raise GpulabError(
+            "style_transfer optimises an image with Adam: --optimizer and --lr do not apply; "
+            "set its rate with --param learning_rate=VALUE"
+        )
+
     if cfg.data is not None and not is_digits(cfg.data) and not Path(cfg.data).exists():
         raise GpulabError(
             f"--data {cfg.data}: no such file or directory; pass the dataset's path, digits (the built-in set) "

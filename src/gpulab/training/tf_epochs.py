@@ -7,7 +7,6 @@ import math
 import time
 from typing import Any
 
-from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochSpec
 from gpulab.training.recipes import Recipe, recipe
@@ -28,23 +27,27 @@ def check_tf_epochs(cfg: RunConfig, spec: EpochSpec) -> None:
 
 def _optimizer(cfg: RunConfig, spec: EpochSpec) -> Any:
     """The chosen optimiser (adam, sgd), else the workload's own, at the chosen or default rate."""
+    import dataclasses
+
     import keras
 
     from gpulab.workloads import mnist, resnet50
+    from gpulab.workloads.tf.classifiers import chosen_optimizer, mnist_optimizer
 
-    choice = spec.optimizer or cfg.optimizer
-    lr = spec.learning_rate if spec.learning_rate is not None else cfg.learning_rate
-    if choice == "adam":
-        return keras.optimizers.Adam(learning_rate=lr or names.OPTIMIZER_LR["adam"])
-    if choice == "sgd":
-        return keras.optimizers.SGD(learning_rate=lr or names.OPTIMIZER_LR["sgd"], momentum=0.9)
-    if cfg.workload == "mnist":
-        from gpulab.workloads.tf.classifiers import mnist_optimizer
+    chosen = dataclasses.replace(
+        cfg,
+        optimizer=spec.optimizer or cfg.optimizer,
+        learning_rate=spec.learning_rate if spec.learning_rate is not None else cfg.learning_rate,
+    )
 
-        st = mnist.settings(cfg)
-        return mnist_optimizer(st.optimizer, lr or st.lr)
-    rs = resnet50.settings(cfg)
-    return keras.optimizers.SGD(learning_rate=lr or rs.lr, momentum=rs.momentum, weight_decay=rs.weight_decay or None)
+    def own() -> Any:
+        if cfg.workload == "mnist":
+            st = mnist.settings(cfg)
+            return mnist_optimizer(st.optimizer, st.lr)
+        rs = resnet50.settings(cfg)
+        return keras.optimizers.SGD(learning_rate=rs.lr, momentum=rs.momentum, weight_decay=rs.weight_decay or None)
+
+    return chosen_optimizer(chosen, own)()
 
 
 def _model(cfg: RunConfig, r: Recipe) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads import chexnet as torch_chexnet
 from gpulab.workloads import cifar10 as torch_cifar10
@@ -67,6 +68,7 @@ def _session(
     info: dict[str, Any],
 ) -> TFClassifierSession:
     seed_everything(cfg.seed)
+    make_optimizer = chosen_optimizer(cfg, make_optimizer)
     numerics = TFNumerics(cfg.precision)
     try:
         dataset, source = make_data()
@@ -85,6 +87,26 @@ def _session(
     except BaseException:
         numerics.close()
         raise
+
+
+def chosen_optimizer(cfg: RunConfig, own: Callable[[], Any]) -> Callable[[], Any]:
+    """cfg.optimizer (adam, sgd with momentum 0.9) at cfg.learning_rate or its default; else the workload's own,
+    at cfg.learning_rate when one is given."""
+
+    def make() -> Any:
+        import keras
+
+        lr = cfg.learning_rate
+        if cfg.optimizer == "adam":
+            return keras.optimizers.Adam(learning_rate=lr or names.OPTIMIZER_LR["adam"])
+        if cfg.optimizer == "sgd":
+            return keras.optimizers.SGD(learning_rate=lr or names.OPTIMIZER_LR["sgd"], momentum=0.9)
+        optimizer = own()
+        if lr is not None:
+            optimizer.learning_rate = lr
+        return optimizer
+
+    return make
 
 
 def _global(batch: int, strategy: Any) -> int:
