@@ -142,3 +142,7 @@ DEFAULT_FRAMEWORK = "torch"
 FRAMEWORK_PATTERN = r"^[a-z][a-z0-9_-]*$"  # what a report accepts (nccl-tests' probe results included)
 
 BATCH_POLICIES: tuple[str, ...] = ("per_device", "global")
+
+# Optimisers a run may choose instead of the workload's own (`gpulab run --optimizer`), with their default rates.
+OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+OPTIMIZER_LR: dict[str, float] = {"adam": 1e-3, "sgd": 0.01}

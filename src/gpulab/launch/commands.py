@@ -46,7 +46,59 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def _option_number(args: argparse.Namespace, name: str, kind: type) -> Any:
+    """An option given as text, as a number: a bad one is a one-line GpulabError naming the option."""
+    raw = getattr(args, name, None)
+    if raw is None:
+        return None
+    flag = "--" + name.replace("_", "-")
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise GpulabError(f"{flag} {raw!r} is not a {'whole number' if kind is int else 'number'}") from None
+    if kind is float and not math.isfinite(value):
+        raise GpulabError(f"{flag} {raw!r} is not a finite number")
+    return value
+
+
+def epochs_from_args(args: argparse.Namespace) -> Any:
+    """The EpochSpec of `gpulab run --epochs N ...`, or None without --epochs (then the epoch options are refused)."""
+    from gpulab.training.epochs import EpochSpec
+
+    epochs = _option_number(args, "epochs", int)
+    if epochs is None:
+        given = [
+            f
+            for f, v in (
+                ("--val-fraction", args.val_fraction),
+                ("--target-accuracy", args.target_accuracy),
+                ("--weights", args.weights),
+                ("--save-weights", args.save_weights),
+            )
+            if v is not None
+        ]
+        if given:
+            raise GpulabError(f"{given[0]} applies to epoch training: add --epochs N")
+        return None
+    fraction = _option_number(args, "val_fraction", float)
+    return EpochSpec(
+        epochs=epochs,
+        val_fraction=0.1 if fraction is None else fraction,
+        optimizer=args.optimizer,
+        learning_rate=_option_number(args, "lr", float),
+        target_accuracy=_option_number(args, "target_accuracy", float),
+        weights=args.weights,
+        save_weights=args.save_weights,
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    optimizer = getattr(args, "optimizer", None)
+    if optimizer is not None and optimizer not in names.OPTIMIZERS:
+        raise GpulabError(f"--optimizer {optimizer!r} is unknown; choose one of: {', '.join(names.OPTIMIZERS)}")
+    lr = _option_number(args, "lr", float)
+    if lr is not None and lr <= 0:
+        raise GpulabError(f"--lr must be a positive number, not {lr!r}")
     return RunConfig(
         workload=args.workload,
         precision=args.precision,
@@ -59,6 +111,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         num_workers=args.num_workers,
         seed=args.seed,
         params=parse_params(args.param),
+        optimizer=optimizer,
+        learning_rate=lr,
     )
 
 
@@ -74,6 +128,9 @@ def check_outputs(args: argparse.Namespace) -> None:
             load_report(args.report)  # a file that is not a report is refused now, not after the training
     if getattr(args, "sweep_dir", None) is not None:
         output_dir(args.sweep_dir, "--sweep-dir")
+    if getattr(args, "save_weights", None) is not None:
+        inputs = [args.weights] if getattr(args, "weights", None) is not None else []
+        output_file(args.save_weights, "--save-weights", inputs=inputs)
 
 
 def describe(result: Result) -> str:
@@ -144,16 +201,66 @@ def launch_from_args(args: argparse.Namespace, launcher: str) -> Launch:
         telemetry=not args.no_telemetry,
         sweep_dir=getattr(args, "sweep_dir", None),
         runs=getattr(args, "runs", None),
+        epochs=epochs_from_args(args) if launcher != "sweep" else None,
     )
 
 
+def epoch_line(record: dict[str, Any], total: int, metric: str) -> str:
+    """One finished epoch as `gpulab run --epochs` prints it."""
+
+    def num(key: str, fmt: str) -> str:
+        value = record.get(key)
+        return format(value, fmt) if isinstance(value, (int, float)) else "n/a"
+
+    return (
+        f"epoch {record['epoch']}/{total}: {num('seconds', '.2f')} s, {num('samples_per_s', ',.1f')} samples/s, "
+        f"train loss {num('train_loss', '.4f')}, val loss {num('val_loss', '.4f')}, "
+        f"val {metric} {num('val_metric', '.4f')}"
+    )
+
+
+def epochs_summary(record: dict[str, Any]) -> str:
+    count = len(record["epochs"])
+    plural = "s" if count != 1 else ""
+    text = f"{count} epoch{plural} in {record['total_s']:.2f} s (training {record['train_s']:.2f} s)"
+    final = record.get("final_metric")
+    text += f", final {record['metric']} {final:.4f}" if isinstance(final, (int, float)) else ""
+    target = record.get("target")
+    if target is not None:
+        reached = record.get("time_to_target_s")
+        text += (
+            f"; time to {record['metric']} {target:g}: {reached:.2f} s"
+            if reached is not None
+            else f"; {record['metric']} {target:g} not reached"
+        )
+    return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpulab.training.epochs import listening
+
     check_outputs(args)
     launch = launch_from_args(args, args.launcher)
     backend = check_launch(launch)
     backend.prepare()
-    with _status(f"running {launch.describe()}") as status, progress.listening(_show(status, launch)):
+    spec = launch.epochs
+    lines = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+
+    def show_epoch(record: dict[str, Any]) -> None:
+        metric = "mean AUC" if launch.cfg.workload == "chexnet" else "accuracy"
+        print(epoch_line(record, spec.epochs if spec else 0, metric), file=lines, flush=True)
+
+    with (
+        _status(f"running {launch.describe()}") as status,
+        progress.listening(_show(status, launch)),
+        listening(show_epoch if spec is not None else None),
+    ):
         result = start(launch)
+    if spec is not None:
+        record = result.params["epochs"]
+        for note in record.get("notes") or []:
+            print(f"note: {note}", file=sys.stderr)
+        print(epochs_summary(record), file=lines)
     return _finish(args, result)
 
 
@@ -265,6 +372,18 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
     run.add_argument("--index", type=_non_negative, default=0, help="which GPU for --launcher gpu (default 0)")
     run.add_argument("--backend", choices=("nccl", "gloo"), help="DDP backend (default: nccl with GPUs, else gloo)")
+    epochs = run.add_argument_group("epoch training (real data, validation after each epoch)")
+    epochs.add_argument("--epochs", metavar="N", help="train N epochs over --data instead of timed steps")
+    epochs.add_argument(
+        "--val-fraction", metavar="F", help="held-out share when the data set has no test split (default 0.1)"
+    )
+    epochs.add_argument("--target-accuracy", metavar="A", help="report the time to reach this validation metric")
+    epochs.add_argument("--weights", type=Path, metavar="FILE", help="a torch state_dict to start from")
+    epochs.add_argument("--save-weights", type=Path, metavar="FILE", help="save the trained model's state_dict here")
+    epochs.add_argument(
+        "--optimizer", metavar="NAME", help="adam or sgd instead of the workload's own (also for timed runs)"
+    )
+    epochs.add_argument("--lr", metavar="RATE", help="learning rate (also for timed runs)")
     run.set_defaults(func=cmd_run)
 
     sweep = sub.add_parser(

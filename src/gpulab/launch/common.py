@@ -81,8 +81,19 @@ def check_run_fields(cfg: RunConfig) -> None:
     for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
         if value is not None and value < least:
             raise GpulabError(f"--{name} must be at least {least}, got {value}")
-    if cfg.data is not None and not Path(cfg.data).exists():
-        raise GpulabError(f"--data {cfg.data}: no such file or directory; pass the dataset's path or drop --data")
+    from gpulab.workloads.data import is_digits
+
+    if cfg.workload == "style_transfer" and (cfg.optimizer is not None or cfg.learning_rate is not None):
+        raise GpulabError(
+            "style_transfer optimises an image with Adam: --optimizer and --lr do not apply; "
+            "set its rate with --param learning_rate=VALUE"
+        )
+
+    if cfg.data is not None and not is_digits(cfg.data) and not Path(cfg.data).exists():
+        raise GpulabError(
+            f"--data {cfg.data}: no such file or directory; pass the dataset's path, digits (the built-in set) "
+            "or drop --data"
+        )
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

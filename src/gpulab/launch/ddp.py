@@ -34,20 +34,8 @@ from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 
 
-def run_ddp(
-    cfg: RunConfig,
-    nprocs: int,
-    *,
-    batch_policy: str = "per_device",
-    scale_lr: bool = False,
-    backend: str | None = None,
-    threads: int = 1,
-    builder: str | None = None,
-    timeout_s: float = 3600.0,
-    telemetry: bool = True,
-) -> Result:
-    """DDP over `nprocs` processes on one host: GPUs cuda:0..nprocs-1 with NCCL, else CPU processes with gloo."""
-    check_config(cfg, builder)
+def ddp_backend(nprocs: int, backend: str | None, threads: int) -> str:
+    """The process-group backend for `nprocs` local processes (nccl with GPUs, else gloo), once they fit here."""
     if nprocs < 1:
         raise GpulabError(f"--gpus must be at least 1, got {nprocs}")
     gpus = visible_gpus()
@@ -65,6 +53,24 @@ def run_ddp(
             raise GpulabError(
                 f"{nprocs} gloo processes × {threads} threads exceed the {cores} CPU cores; lower --gpus or --threads"
             )
+    return backend
+
+
+def run_ddp(
+    cfg: RunConfig,
+    nprocs: int,
+    *,
+    batch_policy: str = "per_device",
+    scale_lr: bool = False,
+    backend: str | None = None,
+    threads: int = 1,
+    builder: str | None = None,
+    timeout_s: float = 3600.0,
+    telemetry: bool = True,
+) -> Result:
+    """DDP over `nprocs` processes on one host: GPUs cuda:0..nprocs-1 with NCCL, else CPU processes with gloo."""
+    check_config(cfg, builder)
+    backend = ddp_backend(nprocs, backend, threads)
     plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
     ordinals = list(range(nprocs)) if backend == "nccl" else []
     with tempfile.TemporaryDirectory(prefix="gpulab-ddp-") as tmp:

@@ -43,6 +43,10 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         dist.init_process_group("gloo", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     set_cuda_flags(device)
+    if message.epochs is not None:
+        _epochs_main(message, device, local_rank, out)
+        dist.destroy_process_group()
+        return
     rank_cfg = message.plan.device_config(cfg)
     rank_cfg.seed = cfg.seed + rank
     session = resolve_builder(message.builder)(rank_cfg, device)
@@ -93,6 +97,43 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         }
         write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
     dist.destroy_process_group()
+
+
+def _epochs_main(message: WorkerMessage, device: str, local_rank: int, out: Path) -> None:
+    """Epoch training on this rank. Every rank keeps the run's seed: the DistributedSampler shards one shuffle."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gpulab.training.epochs import EpochSpec, train_epochs
+
+    assert message.epochs is not None
+    rank, world = dist.get_rank(), dist.get_world_size()
+    on_gpu = device.startswith("cuda")
+
+    def wrap(model: Any) -> Any:
+        return DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None)
+
+    start = time.time()
+    record = train_epochs(
+        message.plan.device_config(message.run), device, EpochSpec.from_dict(message.epochs), wrapper=wrap
+    )
+    end = time.time()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, (device, record["final_metric"]))
+    if rank == 0:
+        payload = {
+            "world": world,
+            "threads": torch.get_num_threads(),
+            "devices": [g[0] for g in gathered],
+            "rank_final_metrics": [g[1] for g in gathered],
+            "wall_start": start,
+            "wall_end": end,
+            "record": record,
+        }
+        write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,6 +14,11 @@ def check_launch(launch: Launch) -> backends.Backend:
     backend = backends.get(launch.framework)
     if launch.builder is not None and not backend.takes_builder:
         raise GpulabError(f"--builder builds torch workloads; {backend.name} takes none: drop --builder")
+    if launch.epochs is not None and launch.launcher not in backend.epoch_launchers:
+        launchers = ", ".join(backend.epoch_launchers) or "none yet"
+        raise GpulabError(
+            f"--epochs trains with --framework {backend.name} --launcher {launchers}, not --launcher {launch.launcher}"
+        )
     if launch.launcher == "sweep":
         return backend
     if launch.launcher not in backend.launchers:

@@ -19,6 +19,7 @@ from typing import Any
 from gpulab import names
 from gpulab.launch.common import BatchPlan, config_from_dict, config_to_dict, write_json_atomic
 from gpulab.report.model import Result, result_from_dict
+from gpulab.training.epochs import EpochSpec
 from gpulab.workloads.base import RunConfig
 
 DEFAULT_TIMEOUT_S = 3600.0
@@ -42,9 +43,13 @@ class Launch:
     telemetry: bool = True
     sweep_dir: Path | None = None
     runs: int | None = None  # sweep runs (default one per device)
+    epochs: EpochSpec | None = None  # train in epochs over real data with validation, instead of timed steps
 
     def describe(self) -> str:
-        return f"{self.cfg.workload} ({self.framework} {self.launcher}, {self.cfg.precision}, size {self.cfg.size})"
+        what = f"{self.epochs.epochs} epochs, " if self.epochs is not None else ""
+        return (
+            f"{self.cfg.workload} ({what}{self.framework} {self.launcher}, {self.cfg.precision}, size {self.cfg.size})"
+        )
 
 
 @dataclass
@@ -61,6 +66,7 @@ class WorkerMessage:
     device_label: str | None = None  # the device as the parent names it (cuda:K)
     comm_backend: str | None = None  # DDP: nccl | gloo
     start_timeout_s: float = 600.0  # a sweep run: how long it waits for its peers after the warm-up
+    epochs: dict[str, Any] | None = None  # an EpochSpec's dict: train in epochs instead of timed steps
     extra: dict[str, Any] = field(default_factory=dict)  # a backend's own fields
 
     def to_dict(self) -> dict[str, Any]:

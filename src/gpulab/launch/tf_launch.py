@@ -19,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.launch.common import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
 from gpulab.report.model import Result
+from gpulab.training.epochs import EpochSpec
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.tf.common import tf_precision
 
@@ -99,17 +101,34 @@ def _run(message: WorkerMessage, ordinals: list[int], telemetry: bool, timeout_s
     return result
 
 
-def run_tf_cpu(cfg: RunConfig, threads: int = 1, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
+def _epochs(spec: EpochSpec | None, cfg: RunConfig) -> dict[str, Any] | None:
+    """An epoch run's spec for the worker, checked here first (before TensorFlow starts)."""
+    if spec is None:
+        return None
+    from gpulab.training.tf_epochs import check_tf_epochs
+
+    check_tf_epochs(cfg, spec)
+    return spec.to_dict()
+
+
+def run_tf_cpu(
+    cfg: RunConfig, threads: int = 1, *, timeout_s: float = DEFAULT_TIMEOUT_S, epochs: EpochSpec | None = None
+) -> Result:
     """The workload on the CPU (GPUs hidden from TensorFlow) with `threads` intra-op threads; n = threads."""
     check_tf_config(cfg)
     if threads < 1:
         raise GpulabError(f"--threads must be at least 1, got {threads}")
-    message = WorkerMessage(cfg, plan_batch(cfg, 1), "cpu", threads=threads)
+    message = WorkerMessage(cfg, plan_batch(cfg, 1), "cpu", threads=threads, epochs=_epochs(epochs, cfg))
     return _run(message, [], False, timeout_s)
 
 
 def run_tf_gpu(
-    cfg: RunConfig, index: int = 0, *, telemetry: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S
+    cfg: RunConfig,
+    index: int = 0,
+    *,
+    telemetry: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    epochs: EpochSpec | None = None,
 ) -> Result:
     """The workload on GPU `index` (the child sees only that GPU); n = 1."""
     check_tf_config(cfg)
@@ -121,7 +140,9 @@ def run_tf_gpu(
         )
     if not 0 <= index < visible:
         raise GpulabError(f"there is no GPU {index}; TensorFlow sees {visible} GPUs (0 to {visible - 1})")
-    message = WorkerMessage(cfg, plan_batch(cfg, 1), "gpu", gpu_index=index, device_label=f"cuda:{index}")
+    message = WorkerMessage(
+        cfg, plan_batch(cfg, 1), "gpu", gpu_index=index, device_label=f"cuda:{index}", epochs=_epochs(epochs, cfg)
+    )
     return _run(message, [index], telemetry, timeout_s)
 
 
@@ -134,6 +155,7 @@ def run_mirrored(
     telemetry: bool = True,
     threads: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    epochs: EpochSpec | None = None,
 ) -> Result:
     """tf.distribute.MirroredStrategy over GPUs 0..gpus-1: global batch = per-replica × N (per_device) or the
     given global batch split over N (global); `scale_lr` multiplies params learning_rate by N. On a machine where
@@ -149,4 +171,5 @@ def run_mirrored(
     if visible and gpus > visible:
         raise GpulabError(f"asked for {gpus} GPUs but TensorFlow sees {visible}; pass --gpus {visible} or fewer")
     ordinals = list(range(gpus)) if visible else []
-    return _run(WorkerMessage(cfg, plan, "mirrored", threads=threads), ordinals, telemetry, timeout_s)
+    message = WorkerMessage(cfg, plan, "mirrored", threads=threads, epochs=_epochs(epochs, cfg))
+    return _run(message, ordinals, telemetry, timeout_s)

@@ -61,6 +61,9 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     from gpulab.workloads.tf import build
 
     cfg = message.run
+    if message.epochs is not None:
+        _run_epochs(message, strategy, devices, replicas, out)
+        return
     session = build(plan.device_config(cfg), strategy)
     together = True
     loss = first = None
@@ -109,6 +112,36 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
         framework="tensorflow",
     )
     TimedResult(result, wall_start, wall_end).write(out)
+
+
+def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], replicas: int, out: Path) -> None:
+    """Epoch training with keras fit; the Result as the torch epoch launchers make it."""
+    import tensorflow as tf
+
+    from gpulab.training.epochs import EpochSpec
+    from gpulab.training.launch import epoch_result
+    from gpulab.training.tf_epochs import train_epochs_tf
+
+    cfg, mode, threads = message.run, message.mode, message.threads
+    start = time.time()
+    record = train_epochs_tf(
+        message.plan.device_config(cfg), strategy, EpochSpec.from_dict(message.epochs or {}), replicas
+    )
+    end = time.time()
+    label = message.device_label or devices[0]
+    result = epoch_result(
+        cfg,
+        record,
+        message.plan.resolved(int(record["batch"])),
+        launcher=mode,
+        n=(threads or 1) if mode == "cpu" else len(devices),
+        devices=[label] if mode != "mirrored" else devices,
+        device=None if mode == "mirrored" else label,
+        framework="tensorflow",
+        versions={"tensorflow": tf.__version__},
+        threads=threads,
+    )
+    TimedResult(result, start, end).write(out)
 
 
 def main(argv: list[str] | None = None) -> None:

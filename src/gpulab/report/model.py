@@ -73,8 +73,13 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)  # size, threads, data source, weights...
     telemetry: TelemetrySummary | None = None
 
+    def series(self) -> str:
+        """The workload as rows are grouped: epoch training ("mnist (epochs)") apart from timed steps ("mnist"),
+        since its throughput includes the data loading and the last short batch of each epoch."""
+        return f"{self.workload} (epochs)" if self.params.get("mode") == "epochs" else self.workload
+
     def key(self) -> tuple[str, str, str, int, str, str]:
-        return (self.workload, self.framework, self.launcher, self.n, self.precision, self.device or "")
+        return (self.series(), self.framework, self.launcher, self.n, self.precision, self.device or "")
 
 
 @dataclass

@@ -181,7 +181,7 @@ RESULT_HEADERS = (
 
 def result_row(r: Result) -> tuple[str, ...]:
     return (
-        r.workload,
+        r.series(),
         r.framework,
         r.launcher,
         str(r.n),
@@ -355,7 +355,7 @@ def key_figure_groups(results: Sequence[Result]) -> list[list[Result]]:
     for r in results:
         if r.spec_value is None and baseline_of(r)[0] is None:
             continue
-        groups.setdefault((r.workload, r.framework, r.launcher, str(r.n), r.precision, r.unit), []).append(r)
+        groups.setdefault((r.series(), r.framework, r.launcher, str(r.n), r.precision, r.unit), []).append(r)
     return list(groups.values())
 
 
@@ -378,7 +378,7 @@ def key_figure_row(rows: Sequence[Result], with_baseline: bool) -> tuple[str, ..
     devices = (r.device or f"all {r.n}") if len(rows) == 1 else f"{len(rows)} devices"
     spec = next((x.spec_value for x in rows if x.spec_value is not None), None)
     row = (
-        f"{r.workload} {r.precision} ({r.framework} {r.launcher}, n={r.n})",
+        f"{r.series()} {r.precision} ({r.framework} {r.launcher}, n={r.n})",
         devices,
         _span([x.value for x in rows], r.unit),
         fmt_num(spec, r.unit) if spec is not None else DASH,
@@ -704,7 +704,7 @@ def plot_timeline(result: Result) -> str | None:
 
 def _result_label(r: Result) -> str:
     dev = f" {r.device}" if r.device else ""
-    return f"{r.workload} {r.framework} {r.launcher} n={r.n} {r.precision}{dev}"
+    return f"{r.series()} {r.framework} {r.launcher} n={r.n} {r.precision}{dev}"
 
 
 def plot_pct_of_spec(report: Report) -> str | None:

@@ -44,7 +44,7 @@ def _median_rows(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Res
     for r in results:
         if r.value is None or r.value <= 0 or r.n < 1:
             continue
-        repeats.setdefault(((r.workload, r.framework, r.precision, r.unit), r.launcher, r.n), []).append(r)
+        repeats.setdefault(((r.series(), r.framework, r.precision, r.unit), r.launcher, r.n), []).append(r)
     return {key: sorted(rows, key=lambda r: r.value or 0.0)[(len(rows) - 1) // 2] for key, rows in repeats.items()}
 
 

@@ -26,6 +26,8 @@ class RunConfig:
     num_workers: int = 2  # DataLoader workers for real data
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)  # workload-specific knobs (style transfer's width...)
+    optimizer: str | None = None  # gpulab.names.OPTIMIZERS; None: the workload's own
+    learning_rate: float | None = None  # None: the optimiser's default (the workload's for its own)
 
 
 class Session(Protocol):

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
+from gpulab.workloads.common import (
+    ClassifierSession,
+    DeviceAugment,
+    OwnOptimizer,
+    Params,
+    Task,
+    build_classifier,
+    check_config,
+    choose_optimizer,
+)
 
 # size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
 SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
@@ -43,16 +52,23 @@ def settings(cfg: RunConfig) -> Settings:
     return Settings(batch, steps, crop, round(crop * 264 / 224), p.number("learning_rate", above=True))
 
 
-def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    import torch
+def own_optimizer(st: Settings) -> OwnOptimizer:
+    """Adam (CheXNet's β 0.9, 0.999) at the settings' rate or the one a run overrides it with."""
 
+    def make(params: Any, lr: float | None) -> Any:
+        import torch
+
+        return torch.optim.Adam(params, lr=lr or st.lr, betas=(0.9, 0.999))
+
+    return make
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
     from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
 
     st = settings(cfg)
-    batch, steps, crop, side, lr = st.batch, st.steps, st.crop, st.side, st.lr
-
-    def make_optimizer(params: Any) -> Any:
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999))
+    batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
+    make_optimizer = choose_optimizer(cfg, own_optimizer(st))
 
     def real(root: Path) -> tuple[Any, bool]:
         folder, paths, labels = read_labels_csv(root, "chexnet", CLASSES)

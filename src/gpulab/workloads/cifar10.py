@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
+from gpulab.workloads.common import (
+    ClassifierSession,
+    DeviceAugment,
+    OwnOptimizer,
+    Params,
+    Task,
+    build_classifier,
+    check_config,
+    choose_optimizer,
+)
 
 # size: (batch, steps); "full" is one epoch of the 50,000 training images
 SIZES = {"tiny": (8, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 390)}
@@ -16,15 +25,15 @@ MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 DEFAULTS: dict[str, Any] = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
 
 
-def make_model() -> Any:
-    """The standard CIFAR VGG19: torchvision's VGG19-bn feature layers (32×32 → 512×1×1), then Linear(512, 10)."""
+def make_model(classes: int = 10) -> Any:
+    """The standard CIFAR VGG19: torchvision's VGG19-bn feature layers (32×32 → 512×1×1), then Linear(512, classes)."""
     import torch.nn as nn
 
     from gpulab.workloads.tv import import_torchvision
 
     vgg = import_torchvision().models.vgg
     features = vgg.make_layers(vgg.cfgs["E"], batch_norm=True)
-    model = nn.Sequential(features, nn.Flatten(), nn.Linear(512, 10))
+    model = nn.Sequential(features, nn.Flatten(), nn.Linear(512, classes))
     for m in model.modules():  # torchvision's VGG initialisation
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -56,18 +65,30 @@ def settings(cfg: RunConfig) -> Settings:
     )
 
 
-def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    import torch
+def own_optimizer(st: Settings) -> OwnOptimizer:
+    """SGD with the settings' momentum and weight decay, at their rate or the one a run overrides it with."""
 
-    from gpulab.workloads.data import InMemoryBatches, read_cifar10
+    def make(params: Any, lr: float | None) -> Any:
+        import torch
+
+        return torch.optim.SGD(params, lr=lr or st.lr, momentum=st.momentum, weight_decay=st.weight_decay)
+
+    return make
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
+    from gpulab.workloads.data import ClassFolder, InMemoryBatches, is_class_folder, read_cifar10
 
     st = settings(cfg)
-    batch, steps, lr, momentum, weight_decay = st.batch, st.steps, st.lr, st.momentum, st.weight_decay
-
-    def make_optimizer(params: Any) -> Any:
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    batch, steps = st.batch, st.steps
+    make_optimizer = choose_optimizer(cfg, own_optimizer(st))
+    classes = [10]  # a class-per-folder data set sets its own count before the model is built
 
     def real(root: Path) -> tuple[Any, bool]:
+        if is_class_folder(root):
+            found = ClassFolder.read(root, "cifar10")
+            classes[0] = len(found.classes)
+            return found.dataset(32), False
         return InMemoryBatches(*read_cifar10(root)), True
 
     def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
@@ -80,11 +101,11 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         device,
         batch=batch,
         steps=steps,
-        make_model=make_model,
+        make_model=lambda: make_model(classes[0]),
         make_optimizer=make_optimizer,
         task=Task((3, 32, 32), 10),
         synthetic_augment=augment(),
         real=real,
         real_augment=augment(MEAN, STD),
-        info={"image_hw": [32, 32], "augment": "pad 4, crop 32, flip", "learning_rate": lr},
+        info={"image_hw": [32, 32], "augment": "pad 4, crop 32, flip"},
     )

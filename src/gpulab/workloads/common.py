@@ -349,6 +349,7 @@ class ClassifierSession:
             "parameters": sum(p.numel() for p in model.parameters()),
             "optimizer": type(self._optimizer).__name__,
             **info,
+            "learning_rate": optimizer_lr(self._optimizer),  # the rate in use, whoever chose it
         }
 
     def wrap(self, wrapper: Callable[[Any], Any]) -> None:
@@ -420,6 +421,24 @@ class Task:
         return torch.nn.BCEWithLogitsLoss() if self.multilabel else torch.nn.CrossEntropyLoss()
 
 
+def digits_dataset(cfg: RunConfig, task: Task, indices: Any = None) -> Any:
+    """scikit-learn's digits in the task's image shape (28×28 as MNIST frames them; else the whole image), all
+    of them or those at `indices`; a multi-label task cannot use them."""
+    import torch
+
+    from gpulab.workloads.data import DIGITS, InMemoryBatches, digits_images
+
+    if task.multilabel:
+        raise GpulabError(
+            f"{cfg.workload}: --data {DIGITS} has one label per image; {cfg.workload} needs multi-label data"
+        )
+    channels, side, _ = task.input_shape
+    images, labels = digits_images(side, 20 if side == 28 else side, channels)
+    if indices is not None:
+        images, labels = images[indices], labels[indices]
+    return InMemoryBatches(torch.from_numpy(images), torch.from_numpy(labels))
+
+
 def build_classifier(
     cfg: RunConfig,
     device: str,
@@ -444,10 +463,15 @@ def build_classifier(
     try:
         batches: SyntheticBatches | LoaderBatches
         if cfg.data is not None:
-            root = data_root(cfg)
-            dataset, batched = real(root)
+            from gpulab.workloads.data import DIGITS, is_digits
+
+            if is_digits(cfg.data):
+                dataset, batched, source = digits_dataset(cfg, task), True, DIGITS
+            else:
+                root = data_root(cfg)
+                (dataset, batched), source = real(root), f"real:{root}"
             loader = make_loader(dataset, batch=batch, cfg=cfg, device=device, batched=batched)
-            batches = LoaderBatches(loader, device, real_augment, f"real:{root}")
+            batches = LoaderBatches(loader, device, real_augment, source)
         else:
             with torch.no_grad():
                 x, y = task.synthetic(batch, device, synthetic_generator(device, cfg.seed))
@@ -470,3 +494,37 @@ def build_classifier(
     except BaseException:
         numerics.close()
         raise
+
+
+OwnOptimizer = Callable[[Any, "float | None"], Any]  # (parameters, learning rate or None) -> the workload's optimiser
+
+
+def choose_optimizer(
+    cfg: RunConfig, own: OwnOptimizer, *, choice: str | None = None, lr: float | None = None
+) -> Callable[[Any], Any]:
+    """The optimiser factory a run asked for: `choice` (else cfg.optimizer) adam | sgd at `lr` (else
+    cfg.learning_rate, else that optimiser's default), or the workload's `own` when none is chosen."""
+    import torch
+
+    choice = choice or cfg.optimizer
+    lr = lr if lr is not None else cfg.learning_rate
+    if choice is not None and choice not in names.OPTIMIZERS:
+        raise GpulabError(f"{cfg.workload}: unknown optimizer {choice!r}; choose one of: {', '.join(names.OPTIMIZERS)}")
+    if lr is not None and (not math.isfinite(lr) or lr <= 0):
+        raise GpulabError(f"{cfg.workload}: the learning rate must be a positive number, not {lr!r}")
+
+    def make(params: Any) -> Any:
+        if choice is None:
+            return own(params, lr)
+        rate = lr if lr is not None else names.OPTIMIZER_LR[choice]
+        if choice == "adam":
+            return torch.optim.Adam(params, lr=rate)
+        return torch.optim.SGD(params, lr=rate, momentum=0.9)
+
+    return make
+
+
+def optimizer_lr(optimizer: Any) -> float | None:
+    """The learning rate an optimiser was built with (its first parameter group's)."""
+    groups = getattr(optimizer, "param_groups", None)
+    return float(groups[0]["lr"]) if groups else None

@@ -12,6 +12,7 @@ import gzip
 import pickle
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,27 @@ def read_mnist(root: Path) -> tuple[Any, Any]:
             f"mnist: {images_path} and {labels_path} do not match: {images.shape} images of 28x28 expected, "
             f"{labels.shape} labels 0..9"
         )
+    return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype("int64"))
+
+
+MNIST_TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def read_mnist_test(root: Path) -> tuple[Any, Any] | None:
+    """The test split (t10k files beside the training files), or None when the folder has none."""
+    import torch
+
+    images_path, _ = _find_mnist(root)
+    folder = images_path.parent
+    found = []
+    for name in MNIST_TEST_FILES:
+        plain, packed = folder / name, folder / f"{name}.gz"
+        found.append(plain if plain.is_file() else packed if packed.is_file() else None)
+    if not all(found):
+        return None
+    images, labels = _read_idx(found[0], 3), _read_idx(found[1], 1)  # type: ignore[arg-type]
+    if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max(initial=0) > 9:
+        raise GpulabError(f"mnist: {found[0]} and {found[1]} do not match: 28x28 images and labels 0..9 expected")
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype("int64"))
 
 
@@ -183,6 +205,17 @@ def read_cifar10(root: Path) -> tuple[Any, Any]:
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
 
 
+def read_cifar10_test(root: Path) -> tuple[Any, Any] | None:
+    """The test split (test_batch beside data_batch_1..5), or None when the folder has none."""
+    import torch
+
+    folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
+    if not (folder / "test_batch").is_file():
+        return None
+    data, labels = _cifar_batch(folder / "test_batch")
+    return torch.from_numpy(data.reshape(-1, 3, 32, 32)), torch.from_numpy(labels)
+
+
 class InMemoryBatches:
     """Tensors in host memory; __getitem__ takes a list of indices (a BatchSampler's) and returns the whole batch."""
 
@@ -276,6 +309,111 @@ class ImageFolderCSV:
         return x, torch.from_numpy(np.array(self.labels[index]))
 
 
+# ---------- a folder per class ----------
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+CLASS_FOLDER_LAYOUT = "ROOT/<class name>/*.jpg|*.png, one folder per class"
+
+
+def is_class_folder(root: Path) -> bool:
+    """A folder read as one folder per class (torchvision's ImageFolder): sub-folders, and neither a labels CSV
+    nor CIFAR-10 batches."""
+    if not root.is_dir() or (root / LABELS_CSV).exists() or (root / CIFAR_FILES[0]).exists():
+        return False
+    return any(p.is_dir() and p.name != "cifar-10-batches-py" for p in root.iterdir())
+
+
+def wants_class_folder(root: Path) -> bool:
+    """For image-folder workloads: a folder without labels.csv is a folder per class (its errors say so)."""
+    return root.is_dir() and not (root / LABELS_CSV).exists()
+
+
+@dataclass(frozen=True)
+class ClassFolder:
+    """A data set laid out as ROOT/<class>/<image>: classes sorted by name, label = the class's position."""
+
+    root: Path
+    classes: list[str]
+    paths: list[str]  # relative to root
+    labels: list[int]
+
+    @classmethod
+    def read(cls, root: Path, workload: str) -> ClassFolder:
+        """Every image under each class folder; refuses a root without classes and a class without images."""
+        if not root.is_dir():
+            raise GpulabError(f"{workload}: {root} is not a folder; expected {CLASS_FOLDER_LAYOUT}")
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not classes:
+            raise GpulabError(f"{workload}: {root} has no class folders; expected {CLASS_FOLDER_LAYOUT}")
+        paths: list[str] = []
+        labels: list[int] = []
+        for label, name in enumerate(classes):
+            images = sorted(
+                p.name for p in (root / name).iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+            )
+            if not images:
+                raise GpulabError(
+                    f"{workload}: class folder {root / name} holds no images (.jpg, .jpeg, .png); "
+                    f"expected {CLASS_FOLDER_LAYOUT}"
+                )
+            paths.extend(f"{name}/{image}" for image in images)
+            labels.extend([label] * len(images))
+        return cls(root, classes, paths, labels)
+
+    def dataset(self, side: int, indices: Sequence[int] | None = None) -> ImageFolderCSV:
+        """The images (all, or those at `indices`) decoded with Pillow at side×side, with their labels."""
+        import numpy as np
+
+        keep = list(range(len(self.paths))) if indices is None else list(indices)
+        labels = np.asarray([self.labels[i] for i in keep], dtype=np.int64)
+        return ImageFolderCSV(self.root, [self.paths[i] for i in keep], labels, side)
+
+
+# ---------- scikit-learn's digits, built in ----------
+
+DIGITS = "digits"  # `--data digits`: scikit-learn's 1797 8×8 digits, no files needed
+DIGITS_VAL = 0.2  # the share its fixed split holds out for validation
+
+
+def is_digits(data: Path | None) -> bool:
+    """`--data digits` names the built-in set, unless a file or folder of that name is where the run starts."""
+    return data is not None and str(data) == DIGITS and not Path(DIGITS).exists()
+
+
+def digits_images(side: int = 28, frame: int = 20, channels: int = 1) -> tuple[Any, Any]:
+    """scikit-learn's digits as uint8 N×channels×side×side (the 8×8 image upsampled to frame×frame, centred) and
+    int64 labels. scikit-learn ships the images, so nothing is downloaded."""
+    import numpy as np
+    from PIL import Image
+
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise GpulabError(
+            "--data digits needs scikit-learn, which is not installed here (pip install scikit-learn), "
+            "or pass --data PATH to real data"
+        ) from None
+    digits = load_digits()
+    images = np.zeros((len(digits.images), side, side), dtype=np.uint8)
+    top = (side - frame) // 2
+    for i, image in enumerate(digits.images):
+        small = Image.fromarray((image * (255.0 / 16.0)).astype(np.uint8))
+        images[i, top : top + frame, top : top + frame] = np.asarray(
+            small.resize((frame, frame), Image.Resampling.BILINEAR)
+        )
+    stacked = np.repeat(images[:, None], channels, axis=1)
+    return stacked, digits.target.astype(np.int64)
+
+
+def digits_split(count: int) -> tuple[Any, Any]:
+    """The digits' fixed (train, validation) indices: one permutation drawn with seed 0, the last 20 % held out."""
+    import numpy as np
+
+    order = np.random.default_rng(0).permutation(count)
+    cut = count - round(count * DIGITS_VAL)
+    return np.sort(order[:cut]), np.sort(order[cut:])
+
+
 # ---------- small data sets in the real formats ----------
 
 
@@ -293,18 +431,29 @@ def write_digits_mnist(root: Path) -> int:
     """scikit-learn's 1797 8×8 digits, upsampled to 20×20 in a 28×28 frame like MNIST, as training IDX files.
     Returns the number of images."""
     import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    images = np.zeros((len(digits.images), 28, 28), dtype=np.uint8)
-    for i, image in enumerate(digits.images):
-        small = Image.fromarray((image * (255.0 / 16.0)).astype(np.uint8))
-        images[i, 4:24, 4:24] = np.asarray(small.resize((20, 20), Image.Resampling.BILINEAR))
+    images, labels = digits_images(28, 20, 1)
     root.mkdir(parents=True, exist_ok=True)
-    _write_idx(root / MNIST_FILES[0], images)
-    _write_idx(root / MNIST_FILES[1], digits.target.astype(np.uint8))
+    _write_idx(root / MNIST_FILES[0], images[:, 0])
+    _write_idx(root / MNIST_FILES[1], labels.astype(np.uint8))
     return len(images)
+
+
+def write_class_folder(root: Path, per_class: Sequence[int], *, side: int = 24, seed: int = 0) -> list[str]:
+    """Generated images in ROOT/class_K/NNN.png (alternately .jpg), class K's images of a clearly different
+    brightness, so a model can learn them. Returns the class names."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    names = [f"class_{k}" for k in range(len(per_class))]
+    for k, (name, count) in enumerate(zip(names, per_class, strict=True)):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        level = 40 + 180 * k // max(1, len(per_class) - 1)
+        for i in range(count):
+            pixels = np.clip(rng.normal(level, 20, size=(side, side, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i:03d}.{'png' if i % 2 else 'jpg'}")
+    return names
 
 
 def write_cifar10_batches(root: Path, per_batch: int = 20, seed: int = 0) -> int:

@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
+from gpulab.workloads.common import (
+    ClassifierSession,
+    DeviceAugment,
+    OwnOptimizer,
+    Params,
+    Task,
+    build_classifier,
+    check_config,
+    choose_optimizer,
+)
 
 # size: (batch, steps); "full" is one epoch of the 60,000 training images
 SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}
@@ -53,18 +62,25 @@ def settings(cfg: RunConfig) -> Settings:
     return Settings(batch, steps, optimizer, lr or (1.0 if optimizer == "adadelta" else 0.01))
 
 
-def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    import torch
+def own_optimizer(st: Settings) -> OwnOptimizer:
+    """Adadelta (or SGD with momentum 0.5) at the settings' rate, or at the rate a run overrides it with."""
 
+    def make(params: Any, lr: float | None) -> Any:
+        import torch
+
+        if st.optimizer == "adadelta":
+            return torch.optim.Adadelta(params, lr=lr or st.lr)
+        return torch.optim.SGD(params, lr=lr or st.lr, momentum=0.5)
+
+    return make
+
+
+def build(cfg: RunConfig, device: str) -> ClassifierSession:
     from gpulab.workloads.data import InMemoryBatches, read_mnist
 
     st = settings(cfg)
-    batch, steps, optimizer, lr = st.batch, st.steps, st.optimizer, st.lr
-
-    def make_optimizer(params: Any) -> Any:
-        if optimizer == "adadelta":
-            return torch.optim.Adadelta(params, lr=lr)
-        return torch.optim.SGD(params, lr=lr, momentum=0.5)
+    batch, steps = st.batch, st.steps
+    make_optimizer = choose_optimizer(cfg, own_optimizer(st))
 
     def real(root: Path) -> tuple[Any, bool]:
         return InMemoryBatches(*read_mnist(root)), True
@@ -80,5 +96,5 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         synthetic_augment=None,
         real=real,
         real_augment=DeviceAugment(mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed),
-        info={"image_hw": [28, 28], "learning_rate": lr},
+        info={"image_hw": [28, 28]},
     )

@@ -11,7 +11,16 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
-from gpulab.workloads.common import ClassifierSession, DeviceAugment, Params, Task, build_classifier, check_config
+from gpulab.workloads.common import (
+    ClassifierSession,
+    DeviceAugment,
+    OwnOptimizer,
+    Params,
+    Task,
+    build_classifier,
+    check_config,
+    choose_optimizer,
+)
 
 # size: (batch per device, steps)
 SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
@@ -57,42 +66,72 @@ def settings(cfg: RunConfig) -> Settings:
     )
 
 
+def make_model(classes: int) -> Any:
+    from gpulab.workloads.tv import import_torchvision
+
+    return import_torchvision().models.resnet50(weights=None, num_classes=classes)
+
+
+def own_optimizer(st: Settings) -> OwnOptimizer:
+    """SGD with the settings' momentum and weight decay, at their rate or the one a run overrides it with."""
+
+    def make(params: Any, lr: float | None) -> Any:
+        import torch
+
+        return torch.optim.SGD(params, lr=lr or st.lr, momentum=st.momentum, weight_decay=st.weight_decay)
+
+    return make
+
+
+def folder_classes(cfg: RunConfig, found: int) -> int:
+    """The class count of a data set that names its classes (a folder per class, digits): a different
+    --param num_classes is an error."""
+    given = cfg.params.get("num_classes")
+    if given is not None and int(given) != found:
+        raise GpulabError(
+            f"{cfg.workload}: {cfg.data} has {found} classes but num_classes={given}; "
+            "drop --param num_classes (it follows the data) or fix the data"
+        )
+    return found
+
+
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
     import numpy as np
-    import torch
 
-    from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
-    from gpulab.workloads.tv import import_torchvision
+    from gpulab.workloads.data import ClassFolder, ImageFolderCSV, read_labels_csv, wants_class_folder
 
     st = settings(cfg)
     batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
-    classes, lr, momentum, weight_decay = st.classes, st.lr, st.momentum, st.weight_decay
-
-    def make_model() -> Any:
-        return import_torchvision().models.resnet50(weights=None, num_classes=classes)
-
-    def make_optimizer(params: Any) -> Any:
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    make_optimizer = choose_optimizer(cfg, own_optimizer(st))
+    classes = [st.classes]  # a class-per-folder data set sets its own count before the model is built
 
     def real(root: Path) -> tuple[Any, bool]:
+        if wants_class_folder(root):
+            found = ClassFolder.read(root, "resnet50")
+            classes[0] = folder_classes(cfg, len(found.classes))
+            return found.dataset(side), False
         folder, paths, labels = read_labels_csv(root, "resnet50", 1)
         values = labels[:, 0]
-        if (values != np.round(values)).any() or values.min() < 0 or values.max() >= classes:
-            raise GpulabError(f"resnet50: labels in {root} must be integers 0..{classes - 1} (num_classes={classes})")
+        if (values != np.round(values)).any() or values.min() < 0 or values.max() >= st.classes:
+            raise GpulabError(
+                f"resnet50: labels in {root} must be integers 0..{st.classes - 1} (num_classes={st.classes})"
+            )
         return ImageFolderCSV(folder, paths, values.astype(np.int64), side), False
 
-    return build_classifier(
+    session = build_classifier(
         cfg,
         device,
         batch=batch,
         steps=steps,
-        make_model=make_model,
+        make_model=lambda: make_model(classes[0]),
         make_optimizer=make_optimizer,
-        task=Task((3, crop, crop), classes),
+        task=Task((3, crop, crop), st.classes),
         synthetic_augment=None,
         real=real,
         real_augment=DeviceAugment(
             crop=crop, flip=True, mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed
         ),
-        info={"image_hw": [crop, crop], "classes": classes, "learning_rate": lr},
+        info={"image_hw": [crop, crop]},
     )
+    session.info["classes"] = classes[0]
+    return session

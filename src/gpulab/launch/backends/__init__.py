@@ -39,6 +39,7 @@ class Backend:
     sweep_worker: str = ""  # module started once per sweep run: --config MESSAGE --out RESULT --index ...
     takes_builder: bool = False  # accepts --builder MODULE:FUNCTION
     pins_by_uuid: bool = False  # names a sweep run's GPU by UUID (else by CUDA ordinal)
+    epoch_launchers: tuple[str, ...] = ()  # the launchers that train in epochs (`gpulab run --epochs`)
 
     def prepare(self) -> None:
         """Load what the parent process needs before the first step (once the command line is checked)."""

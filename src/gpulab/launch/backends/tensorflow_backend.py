@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 class TensorflowBackend(Backend):
     name = "tensorflow"
     launchers = ("cpu", "gpu", "mirrored")
+    epoch_launchers = ("cpu", "gpu", "mirrored")
     sweep_worker = "gpulab.launch.tf_worker"
     # TensorFlow is not imported in the parent (it would claim GPU memory there), so GPUs are named by ordinal.
 
@@ -30,13 +31,26 @@ class TensorflowBackend(Backend):
         return tf_gpu_count()
 
     def run(self, launch: Launch) -> Result:
+        result = self._run(launch)
+        from gpulab.training.epochs import current_listener
+
+        listener = current_listener()
+        if launch.epochs is not None and listener is not None:  # the worker's output is captured: show them now
+            for epoch in result.params["epochs"]["epochs"]:
+                listener(epoch)
+        return result
+
+    def _run(self, launch: Launch) -> Result:
         from gpulab.launch import tf_launch
 
-        cfg = launch.cfg
+        cfg, epochs = launch.cfg, launch.epochs
         if launch.launcher == "cpu":
-            return tf_launch.run_tf_cpu(cfg, launch.threads or os.cpu_count() or 1, timeout_s=launch.timeout_s)
+            threads = launch.threads or os.cpu_count() or 1
+            return tf_launch.run_tf_cpu(cfg, threads, timeout_s=launch.timeout_s, epochs=epochs)
         if launch.launcher == "gpu":
-            return tf_launch.run_tf_gpu(cfg, launch.index, telemetry=launch.telemetry, timeout_s=launch.timeout_s)
+            return tf_launch.run_tf_gpu(
+                cfg, launch.index, telemetry=launch.telemetry, timeout_s=launch.timeout_s, epochs=epochs
+            )
         return tf_launch.run_mirrored(
             cfg,
             launch.gpus,
@@ -45,6 +59,7 @@ class TensorflowBackend(Backend):
             telemetry=launch.telemetry,
             threads=launch.threads,
             timeout_s=launch.timeout_s,
+            epochs=epochs,
         )
 
 

@@ -19,6 +19,7 @@ class TorchBackend(Backend):
     launchers = ("cpu", "gpu", "ddp", "dataparallel")
     sweep_worker = "gpulab.launch.sweep_worker"
     takes_builder = True
+    epoch_launchers = ("cpu", "gpu", "ddp", "dataparallel")
     pins_by_uuid = True  # torch tells each GPU's UUID; a UUID pins the same GPU whatever the parent's numbering
 
     def prepare(self) -> None:
@@ -62,6 +63,10 @@ class TorchBackend(Backend):
         from gpulab.launch import ddp, local
 
         cfg, builder = launch.cfg, launch.builder
+        if launch.epochs is not None:
+            from gpulab.training.launch import run_epochs
+
+            return run_epochs(launch)
         if launch.launcher == "cpu":
             return local.run_cpu(cfg, launch.threads or _all_threads(), builder=builder)
         if launch.launcher == "gpu":

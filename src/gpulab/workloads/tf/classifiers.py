@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads import chexnet as torch_chexnet
 from gpulab.workloads import cifar10 as torch_cifar10
@@ -67,6 +68,7 @@ def _session(
     info: dict[str, Any],
 ) -> TFClassifierSession:
     seed_everything(cfg.seed)
+    make_optimizer = chosen_optimizer(cfg, make_optimizer)
     numerics = TFNumerics(cfg.precision)
     try:
         dataset, source = make_data()
@@ -87,6 +89,26 @@ def _session(
         raise
 
 
+def chosen_optimizer(cfg: RunConfig, own: Callable[[], Any]) -> Callable[[], Any]:
+    """cfg.optimizer (adam, sgd with momentum 0.9) at cfg.learning_rate or its default; else the workload's own,
+    at cfg.learning_rate when one is given."""
+
+    def make() -> Any:
+        import keras
+
+        lr = cfg.learning_rate
+        if cfg.optimizer == "adam":
+            return keras.optimizers.Adam(learning_rate=lr or names.OPTIMIZER_LR["adam"])
+        if cfg.optimizer == "sgd":
+            return keras.optimizers.SGD(learning_rate=lr or names.OPTIMIZER_LR["sgd"], momentum=0.9)
+        optimizer = own()
+        if lr is not None:
+            optimizer.learning_rate = lr
+        return optimizer
+
+    return make
+
+
 def _global(batch: int, strategy: Any) -> int:
     return batch * int(strategy.num_replicas_in_sync)
 
@@ -97,33 +119,52 @@ def _sparse_ce() -> Any:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
-def build_mnist(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
+def mnist_model() -> Any:
+    """The Keras-example CNN on 28×28×1 (logits, fp32 output under a mixed policy)."""
     import keras
+
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Dropout(0.25),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dropout(0.5),
+            layers.Dense(10, dtype="float32"),
+        ]
+    )
+
+
+def mnist_optimizer(optimizer: str, lr: float) -> Any:
+    import keras
+
+    if optimizer == "adadelta":
+        return keras.optimizers.Adadelta(learning_rate=lr)
+    return keras.optimizers.SGD(learning_rate=lr, momentum=0.5)
+
+
+def resnet50_model(crop: int, classes: int) -> Any:
+    import keras
+
+    return keras.applications.ResNet50(
+        weights=None, input_shape=(crop, crop, 3), classes=classes, classifier_activation=None
+    )
+
+
+def build_mnist(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     import tensorflow as tf
 
     st = torch_mnist.settings(cfg)
     batch, steps, optimizer, lr = st.batch, st.steps, st.optimizer, st.lr
 
-    def make_model() -> Any:
-        layers = keras.layers
-        return keras.Sequential(
-            [
-                keras.Input((28, 28, 1)),
-                layers.Conv2D(32, 3, activation="relu"),
-                layers.Conv2D(64, 3, activation="relu"),
-                layers.MaxPooling2D(2),
-                layers.Dropout(0.25),
-                layers.Flatten(),
-                layers.Dense(128, activation="relu"),
-                layers.Dropout(0.5),
-                layers.Dense(10, dtype="float32"),
-            ]
-        )
+    make_model = mnist_model
 
     def make_optimizer() -> Any:
-        if optimizer == "adadelta":
-            return keras.optimizers.Adadelta(learning_rate=lr)
-        return keras.optimizers.SGD(learning_rate=lr, momentum=0.5)
+        return mnist_optimizer(optimizer, lr)
 
     def make_data() -> tuple[Any, str]:
         n = _global(batch, strategy)
@@ -250,9 +291,7 @@ def build_resnet50(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     classes, lr, momentum, weight_decay = st.classes, st.lr, st.momentum, st.weight_decay
 
     def make_model() -> Any:
-        return keras.applications.ResNet50(
-            weights=None, input_shape=(crop, crop, 3), classes=classes, classifier_activation=None
-        )
+        return resnet50_model(crop, classes)
 
     def make_optimizer() -> Any:
         return keras.optimizers.SGD(learning_rate=lr, momentum=momentum, weight_decay=weight_decay or None)

@@ -205,6 +205,7 @@ class TFClassifierSession:
         steps: int,
         info: dict[str, Any],
     ) -> None:
+        import keras
         import tensorflow as tf
 
         replicas = int(strategy.num_replicas_in_sync)
@@ -257,6 +258,7 @@ class TFClassifierSession:
             "optimizer": type(optimizer).__name__,
             "compiled": "tf.function",
             **info,
+            "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),  # whoever chose it
         }
 
     def wrap(self, wrapper: Callable[[Any], Any]) -> None:

@@ -1,0 +1,213 @@
+"""Epoch training through the torch launchers: cpu (T threads), gpu (one CUDA device), dataparallel (one process,
+the global batch split over GPUs) and ddp (torchrun: one process per GPU, or CPU processes over gloo).
+
+The Result's value is the training samples per second over all epochs (validation excluded); its params carry
+the epoch record under "epochs".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+from gpulab.launch.common import (
+    BatchPlan,
+    check_config,
+    launch_params,
+    make_result,
+    nvml_indices,
+    plan_batch,
+    visible_gpus,
+)
+from gpulab.launch.spec import Launch, WorkerMessage
+from gpulab.report.model import Result
+from gpulab.training.epochs import EpochSpec, current_listener, train_epochs
+from gpulab.workloads.base import RunConfig
+
+RECORD_FACTS = ("metric", "final_metric", "best_metric", "time_to_target_s", "data", "optimizer", "learning_rate")
+
+
+def run_epochs(launch: Launch) -> Result:
+    """Train launch.cfg for launch.epochs epochs with launch.launcher; one Result for the whole run."""
+    spec = launch.epochs
+    assert spec is not None
+    if launch.builder is not None:
+        raise GpulabError("--epochs trains gpulab's own workloads; drop --builder")
+    cfg = launch.cfg
+    check_config(cfg, None)
+    if launch.launcher == "cpu":
+        return _cpu(cfg, spec, launch.threads)
+    if launch.launcher == "gpu":
+        return _gpu(cfg, spec, launch.index, launch.telemetry)
+    if launch.launcher == "dataparallel":
+        return _dataparallel(launch, spec)
+    if launch.launcher == "ddp":
+        return _ddp(launch, spec)
+    raise GpulabError(f"--epochs runs with --launcher cpu, gpu, dataparallel or ddp, not {launch.launcher}")
+
+
+def epoch_result(
+    cfg: RunConfig,
+    record: dict[str, Any],
+    plan: BatchPlan,
+    *,
+    launcher: str,
+    n: int,
+    devices: list[str],
+    device: str | None,
+    telemetry: Any = None,
+    framework: str = "torch",
+    versions: dict[str, str] | None = None,
+    **extra: Any,
+) -> Result:
+    """The Result of an epoch run: value = training samples per second over all epochs, params.epochs = record."""
+    epochs = record["epochs"]
+    first, last = epochs[0]["train_loss"], epochs[-1]["train_loss"]
+    info = {k: record.get(k) for k in RECORD_FACTS}
+    info.update(workload=cfg.workload, mode="epochs", precision=record.get("precision"))
+    params = launch_params(
+        cfg, plan, info, {}, last, last is not None, first, **(versions or {}), epochs=record, **extra
+    )
+    return make_result(
+        cfg,
+        launcher=launcher,
+        n=n,
+        samples=sum(int(e["samples"]) for e in epochs),
+        seconds=float(record["train_s"]),
+        steps=int(record["steps"]),
+        batch=plan.per_device,
+        devices=devices,
+        device=device,
+        params=params,
+        telemetry=telemetry,
+        framework=framework,
+    )
+
+
+def _result(cfg: RunConfig, record: dict[str, Any], plan: BatchPlan, **kwargs: Any) -> Result:
+    import torch
+
+    return epoch_result(cfg, record, plan, versions={"torch": torch.__version__}, **kwargs)
+
+
+def _cpu(cfg: RunConfig, spec: EpochSpec, threads: int | None) -> Result:
+    import torch
+
+    from gpulab.launch.local import torch_threads
+
+    with torch_threads(threads or int(torch.get_num_threads()) or os.cpu_count() or 1) as used:
+        record = train_epochs(cfg, "cpu", spec)
+    plan = plan_batch(cfg, 1).resolved(int(record["batch"]))
+    return _result(cfg, record, plan, launcher="cpu", n=used, devices=["cpu"], device="cpu", threads=used)
+
+
+def _gpu(cfg: RunConfig, spec: EpochSpec, index: int, telemetry: bool) -> Result:
+    import time
+
+    import torch
+
+    from gpulab.launch.local import _require_gpus, _sampling
+
+    visible = _require_gpus(1, "gpu")
+    if not 0 <= index < visible:
+        raise GpulabError(f"there is no cuda:{index}; torch sees {visible} GPUs (cuda:0 to cuda:{visible - 1})")
+    device = f"cuda:{index}"
+    torch.cuda.set_device(index)
+    with _sampling([index], telemetry) as sampler:
+        start = time.time()
+        record = train_epochs(cfg, device, spec)
+        end = time.time()
+    plan = plan_batch(cfg, 1).resolved(int(record["batch"]))
+    summary = sampler.summary(start, end) if sampler else None
+    return _result(cfg, record, plan, launcher="gpu", n=1, devices=[device], device=device, telemetry=summary)
+
+
+def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
+    import time
+
+    from torch import nn
+
+    from gpulab.launch.local import _require_gpus, _sampling
+    from gpulab.training.recipes import recipe
+
+    cfg, gpus = launch.cfg, launch.gpus
+    on_gpu = visible_gpus() > 0
+    if on_gpu:
+        _require_gpus(gpus, "dataparallel")
+    elif gpus != 1:
+        raise GpulabError(
+            f"DataParallel spreads a batch over GPUs and torch sees none; --gpus {gpus} cannot run here. "
+            "Use --gpus 1 (a pass-through smoke test) or --launcher ddp, which runs CPU processes over gloo"
+        )
+    plan = plan_batch(cfg, gpus, launch.batch_policy, launch.scale_lr)
+    per_device = plan.per_device or recipe(cfg, spec.val_fraction).batch
+    plan = plan.resolved(per_device)
+    ordinals = list(range(gpus)) if on_gpu else []
+    device = "cuda:0" if on_gpu else "cpu"
+    global_cfg = dataclasses.replace(plan.device_config(cfg), batch=per_device * gpus)
+
+    def wrapper(model: Any) -> Any:
+        return nn.DataParallel(model, device_ids=ordinals or None)
+
+    devices = [f"cuda:{k}" for k in ordinals] or ["cpu"]
+    with _sampling(ordinals, launch.telemetry) as sampler:
+        start = time.time()
+        record = train_epochs(global_cfg, device, spec, wrapper=wrapper)
+        end = time.time()
+    summary = sampler.summary(start, end) if sampler else None
+    extra = {} if on_gpu else {"pass_through": True}
+    return _result(
+        cfg, record, plan, launcher="dataparallel", n=gpus, devices=devices, device=None, telemetry=summary, **extra
+    )
+
+
+def _ddp(launch: Launch, spec: EpochSpec) -> Result:
+    from gpulab.launch.ddp import ddp_backend
+    from gpulab.launch.torchrun import run_torchrun
+    from gpulab.telemetry import Sampler
+
+    cfg, nprocs, threads = launch.cfg, launch.gpus, launch.threads or 1
+    backend = ddp_backend(nprocs, launch.comm_backend, threads)
+    plan = plan_batch(cfg, nprocs, launch.batch_policy, launch.scale_lr)
+    ordinals = list(range(nprocs)) if backend == "nccl" else []
+    with tempfile.TemporaryDirectory(prefix="gpulab-ddp-epochs-") as tmp:
+        out = Path(tmp) / "result.json"
+        message = WorkerMessage(cfg, plan, "ddp", threads=threads, comm_backend=backend, epochs=spec.to_dict())
+        config_path = message.write(Path(tmp) / "run.json")
+        sampler = Sampler(nvml_indices(ordinals)) if launch.telemetry and ordinals else None
+        if sampler is not None:
+            sampler.start()
+        try:
+            data = run_torchrun(
+                "gpulab.launch.ddp_worker",
+                [f"--config={config_path}", f"--out={out}"],
+                nprocs,
+                out,
+                what="DDP epoch training",
+                backend=backend,
+                threads=threads,
+                timeout_s=launch.timeout_s,
+            )
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    record = data["record"]
+    listener = current_listener()
+    if listener is not None:  # the ranks' output is captured: show the epochs now
+        for epoch in record["epochs"]:
+            listener(epoch)
+    plan = plan.resolved(int(record["batch"]))
+    summary = sampler.summary(data["wall_start"], data["wall_end"]) if sampler is not None else None
+    extra = {
+        "backend": backend,
+        "world": data["world"],
+        "threads": data["threads"],
+        "rank_final_metrics": data["rank_final_metrics"],
+    }
+    return _result(
+        cfg, record, plan, launcher="ddp", n=nprocs, devices=data["devices"], device=None, telemetry=summary, **extra
+    )
