@@ -70,6 +70,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                     "worker_device": device or None,
                     "samples_per_s_min_max": [min(rates), max(rates)],
                     "precisions": precisions,
+                    **({"mode": "epochs"} if study.epochs else {}),  # an epoch series, apart from timed steps
                 },
             )
         )
