@@ -55,7 +55,7 @@ def _study(tmp_path: Path, name: str, **extra) -> Path:
 def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
     out = tmp_path / "ns"
     started = time.perf_counter()
-    proc = gpulab("study", "run", "neural-style", "--variant", "tiny", "--study-dir", str(out))
+    proc = gpulab("study", "run", "neural-style", "--variant", "tiny", "--study-dir", str(out), "--workers", "2")
     wall = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "252 ok, 0 failed of 252 runs" in proc.stdout

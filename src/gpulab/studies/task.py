@@ -279,6 +279,7 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     found = params.get("epochs")
     record: dict[str, Any] = found if isinstance(found, dict) else {}
     return {
+        "device": f"{result.get('launcher')}×{result.get('n')}",  # the machine's devices the run took
         "precision_used": result.get("precision"),
         "timed_s": result.get("seconds") if not record else record.get("total_s"),
         "samples_per_s": result.get("value"),
