@@ -10,6 +10,8 @@ a full study has hundreds.
 from __future__ import annotations
 
 import math
+import os
+import posixpath
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -298,13 +300,13 @@ def _RUN_HEADERS(columns: Sequence[str]) -> tuple[str, ...]:
     return ("run", *columns, "status", "wall", "iterations", "overhead", "final loss", "metric", "device", "failure")
 
 
-def _grid_html(page: StudyPage) -> str:
+def _grid_html(page: StudyPage, base: str) -> str:
     parts = []
     for name, members in image_grids(page.runs, page.study):
         figures = []
         for r in members:
             cls = ' class="failed"' if r.status != "ok" else ""
-            src = _e(r.output or "")
+            src = _e(posixpath.join(base, r.output or "") if base != "." else r.output or "")
             figures.append(
                 f'<figure><a href="{src}"><img loading="lazy" src="{src}" alt="{_e(_caption(r, name))}"></a>'
                 f"<figcaption{cls}>{_e(_caption(r, name))}</figcaption></figure>"
@@ -313,7 +315,8 @@ def _grid_html(page: StudyPage) -> str:
     return "".join(parts)
 
 
-def to_html(page: StudyPage) -> str:
+def to_html(page: StudyPage, base: str = ".") -> str:
+    """The page; `base` is the study directory relative to where the page is written (images are linked)."""
     s = page.study
     title = f"Study {s.name}" + (f" ({s.variant})" if s.variant else "")
     body = [f"<h1>{_e(title)}</h1>"]
@@ -336,7 +339,7 @@ def to_html(page: StudyPage) -> str:
     curves = plot_curves(page.runs)
     if curves:
         body.append("<h2>Loss curves</h2>" + _img(curves, "loss curves"))
-    grids = _grid_html(page)
+    grids = _grid_html(page, base)
     if grids:
         body.append("<h2>Images per parameter</h2>" + grids)
     headers = _RUN_HEADERS(page.columns)
@@ -354,7 +357,8 @@ def write_report(study_dir: Path, *, html: Path | None = None, md: Path | None =
     page = build(study_dir)
     html_path = Path(html) if html else study_dir / "report.html"
     md_path = Path(md) if md else study_dir / "report.md"
-    atomic_write_text(html_path, to_html(page))
+    base = os.path.relpath(study_dir.resolve(), html_path.resolve().parent)
+    atomic_write_text(html_path, to_html(page, base))
     atomic_write_text(md_path, to_markdown(page))
     return html_path, md_path
 
