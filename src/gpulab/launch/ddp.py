@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.launch.common import (
@@ -56,6 +57,39 @@ def ddp_backend(nprocs: int, backend: str | None, threads: int) -> str:
     return backend
 
 
+def run_ddp_workers(
+    message: WorkerMessage, nprocs: int, *, what: str, prefix: str, telemetry: bool, timeout_s: float
+) -> tuple[dict[str, Any], Sampler | None]:
+    """Run gpulab.launch.ddp_worker over `nprocs` ranks with `message`, sampling the GPUs (nccl) meanwhile.
+
+    Returns rank 0's result and the stopped sampler (None without telemetry or GPUs). The timed-step and epoch
+    DDP launchers share it, so both start, time and sample their ranks alike."""
+    backend, threads = message.comm_backend, message.threads
+    assert backend is not None and threads is not None, "a DDP message names its backend and threads"
+    ordinals = list(range(nprocs)) if backend == "nccl" else []
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        out = Path(tmp) / "result.json"
+        config_path = message.write(Path(tmp) / "run.json")
+        sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
+        if sampler is not None:
+            sampler.start()
+        try:
+            data = run_torchrun(
+                "gpulab.launch.ddp_worker",
+                [f"--config={config_path}", f"--out={out}"],
+                nprocs,
+                out,
+                what=what,
+                backend=backend,
+                threads=threads,
+                timeout_s=timeout_s,
+            )
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    return data, sampler
+
+
 def run_ddp(
     cfg: RunConfig,
     nprocs: int,
@@ -72,28 +106,10 @@ def run_ddp(
     check_config(cfg, builder)
     backend = ddp_backend(nprocs, backend, threads)
     plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
-    ordinals = list(range(nprocs)) if backend == "nccl" else []
-    with tempfile.TemporaryDirectory(prefix="gpulab-ddp-") as tmp:
-        out = Path(tmp) / "result.json"
-        message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend)
-        config_path = message.write(Path(tmp) / "run.json")
-        sampler = Sampler(nvml_indices(ordinals)) if telemetry and ordinals else None
-        if sampler is not None:
-            sampler.start()
-        try:
-            data = run_torchrun(
-                "gpulab.launch.ddp_worker",
-                [f"--config={config_path}", f"--out={out}"],
-                nprocs,
-                out,
-                what="DDP",
-                backend=backend,
-                threads=threads,
-                timeout_s=timeout_s,
-            )
-        finally:
-            if sampler is not None:
-                sampler.stop()
+    message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend)
+    data, sampler = run_ddp_workers(
+        message, nprocs, what="DDP", prefix="gpulab-ddp-", telemetry=telemetry, timeout_s=timeout_s
+    )
     ranks = data["ranks"]
     slowest = max(r["seconds"] for r in ranks)
     per_device = int(ranks[0]["samples_per_step"])

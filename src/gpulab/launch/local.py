@@ -176,6 +176,21 @@ def _default_batch(cfg: RunConfig, device: str, builder: str | None) -> int:
     return batch
 
 
+def dataparallel_on_gpu(gpus: int) -> bool:
+    """Whether DataParallel over `gpus` runs on GPUs (True) or passes through on the CPU (False), once it can run here.
+
+    The timed-step and epoch launchers share it so that both accept and refuse the same --gpus."""
+    on_gpu = visible_gpus() > 0
+    if on_gpu:
+        _require_gpus(gpus, "dataparallel")
+    elif gpus != 1:
+        raise GpulabError(
+            f"DataParallel spreads a batch over GPUs and torch sees none; --gpus {gpus} cannot run here. "
+            "Use --gpus 1 (a pass-through smoke test) or --launcher ddp, which runs CPU processes over gloo"
+        )
+    return on_gpu
+
+
 def run_dataparallel(
     cfg: RunConfig,
     gpus: int,
@@ -194,14 +209,7 @@ def run_dataparallel(
     from torch import nn
 
     check_config(cfg, builder)
-    on_gpu = visible_gpus() > 0
-    if on_gpu:
-        _require_gpus(gpus, "dataparallel")
-    elif gpus != 1:
-        raise GpulabError(
-            f"DataParallel spreads a batch over GPUs and torch sees none; --gpus {gpus} cannot run here. "
-            "Use --gpus 1 (a pass-through smoke test) or --launcher ddp, which runs CPU processes over gloo"
-        )
+    on_gpu = dataparallel_on_gpu(gpus)
     plan = plan_batch(cfg, gpus, batch_policy, scale_lr)
     ordinals = list(range(gpus)) if on_gpu else []
     device = "cuda:0" if on_gpu else "cpu"

@@ -14,11 +14,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
+
+if TYPE_CHECKING:
+    from gpulab.training.recipes import Recipe
 
 EpochListener = Callable[[dict[str, Any]], None]
 _LISTENER: ContextVar[EpochListener | None] = ContextVar("gpulab_epoch_listener", default=None)
@@ -111,3 +114,61 @@ def train_epochs(
         return trainer.run(on_epoch)
     finally:
         trainer.close()
+
+
+def epoch_record(
+    r: Recipe,
+    epochs: list[dict[str, Any]],
+    *,
+    workload: str,
+    metric: str,
+    total_s: float,
+    time_to_target_s: float | None,
+    target: float | None,
+    batch: int,
+    steps: int,
+    world: int,
+    optimizer: Any,
+    learning_rate: float | None,
+    weights: str | None,
+    saved_weights: str | None,
+    notes: list[str],
+    facts: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The JSON-able record of an epoch run, its totals drawn from `epochs`.
+
+    The torch loop and tf.keras' fit both write it, so that reports read the two frameworks' runs alike."""
+    from gpulab.launch.common import jsonable
+
+    metrics = [e["val_metric"] for e in epochs if e["val_metric"] is not None]
+    split = r.split
+    train_s = sum(e["seconds"] for e in epochs)
+    samples = sum(e["samples"] for e in epochs)
+    return jsonable(
+        {
+            "workload": workload,
+            "metric": metric,
+            "epochs": epochs,
+            "total_s": total_s,
+            "train_s": train_s,
+            "samples_per_s": samples / train_s if train_s > 0 else None,
+            "time_to_target_s": time_to_target_s,
+            "target": target,
+            "final_metric": epochs[-1]["val_metric"] if epochs else None,
+            "best_metric": max(metrics) if metrics else None,
+            "train_samples": len(split.train),
+            "val_samples": len(split.val),
+            "data": split.source,
+            "validation": split.val_source,
+            "classes": r.task.classes,
+            "batch": batch,
+            "steps": steps,
+            "world": world,
+            "optimizer": type(optimizer).__name__,
+            "learning_rate": learning_rate,
+            "weights": weights,
+            "saved_weights": saved_weights,
+            "notes": notes,
+            **facts,
+        }
+    )

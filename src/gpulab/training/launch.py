@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
@@ -19,9 +17,7 @@ from gpulab.launch.common import (
     check_config,
     launch_params,
     make_result,
-    nvml_indices,
     plan_batch,
-    visible_gpus,
 )
 from gpulab.launch.spec import Launch, WorkerMessage
 from gpulab.report.model import Result
@@ -131,18 +127,11 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
 
     from torch import nn
 
-    from gpulab.launch.local import _require_gpus, _sampling
+    from gpulab.launch.local import _sampling, dataparallel_on_gpu
     from gpulab.training.recipes import recipe
 
     cfg, gpus = launch.cfg, launch.gpus
-    on_gpu = visible_gpus() > 0
-    if on_gpu:
-        _require_gpus(gpus, "dataparallel")
-    elif gpus != 1:
-        raise GpulabError(
-            f"DataParallel spreads a batch over GPUs and torch sees none; --gpus {gpus} cannot run here. "
-            "Use --gpus 1 (a pass-through smoke test) or --launcher ddp, which runs CPU processes over gloo"
-        )
+    on_gpu = dataparallel_on_gpu(gpus)
     plan = plan_batch(cfg, gpus, launch.batch_policy, launch.scale_lr)
     per_device = plan.per_device or recipe(cfg, spec.val_fraction).batch
     plan = plan.resolved(per_device)
@@ -166,35 +155,20 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
 
 
 def _ddp(launch: Launch, spec: EpochSpec) -> Result:
-    from gpulab.launch.ddp import ddp_backend
-    from gpulab.launch.torchrun import run_torchrun
-    from gpulab.telemetry import Sampler
+    from gpulab.launch.ddp import ddp_backend, run_ddp_workers
 
     cfg, nprocs, threads = launch.cfg, launch.gpus, launch.threads or 1
     backend = ddp_backend(nprocs, launch.comm_backend, threads)
     plan = plan_batch(cfg, nprocs, launch.batch_policy, launch.scale_lr)
-    ordinals = list(range(nprocs)) if backend == "nccl" else []
-    with tempfile.TemporaryDirectory(prefix="gpulab-ddp-epochs-") as tmp:
-        out = Path(tmp) / "result.json"
-        message = WorkerMessage(cfg, plan, "ddp", threads=threads, comm_backend=backend, epochs=spec.to_dict())
-        config_path = message.write(Path(tmp) / "run.json")
-        sampler = Sampler(nvml_indices(ordinals)) if launch.telemetry and ordinals else None
-        if sampler is not None:
-            sampler.start()
-        try:
-            data = run_torchrun(
-                "gpulab.launch.ddp_worker",
-                [f"--config={config_path}", f"--out={out}"],
-                nprocs,
-                out,
-                what="DDP epoch training",
-                backend=backend,
-                threads=threads,
-                timeout_s=launch.timeout_s,
-            )
-        finally:
-            if sampler is not None:
-                sampler.stop()
+    message = WorkerMessage(cfg, plan, "ddp", threads=threads, comm_backend=backend, epochs=spec.to_dict())
+    data, sampler = run_ddp_workers(
+        message,
+        nprocs,
+        what="DDP epoch training",
+        prefix="gpulab-ddp-epochs-",
+        telemetry=launch.telemetry,
+        timeout_s=launch.timeout_s,
+    )
     record = data["record"]
     listener = current_listener()
     if listener is not None:  # the ranks' output is captured: show the epochs now

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.training.epochs import EpochListener, EpochSpec, current_listener
+from gpulab.training.epochs import EpochListener, EpochSpec, current_listener, epoch_record
 from gpulab.training.metrics import accuracy, mean_auc
 from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
@@ -221,39 +221,23 @@ class EpochTrainer:
         return self._record(epochs, total, time_to_target)
 
     def _record(self, epochs: list[dict[str, Any]], total: float, time_to_target: float | None) -> dict[str, Any]:
-        from gpulab.launch.common import jsonable
-
-        metrics = [e["val_metric"] for e in epochs if e["val_metric"] is not None]
-        split = self.recipe.split
-        train_s = sum(e["seconds"] for e in epochs)
-        samples = sum(e["samples"] for e in epochs)
-        return jsonable(
-            {
-                "workload": self.cfg.workload,
-                "metric": "mean_auc" if self.recipe.task.multilabel else "accuracy",
-                "epochs": epochs,
-                "total_s": total,
-                "train_s": train_s,
-                "samples_per_s": samples / train_s if train_s > 0 else None,
-                "time_to_target_s": time_to_target,
-                "target": self.spec.target_accuracy,
-                "final_metric": epochs[-1]["val_metric"] if epochs else None,
-                "best_metric": max(metrics) if metrics else None,
-                "train_samples": len(split.train),
-                "val_samples": len(split.val),
-                "data": split.source,
-                "validation": split.val_source,
-                "classes": self.recipe.task.classes,
-                "batch": self.batch,
-                "steps": len(self.train_loader) * len(epochs),  # optimiser steps of one rank
-                "world": self.world,
-                "optimizer": type(self.optimizer).__name__,
-                "learning_rate": optimizer_lr(self.optimizer),
-                "weights": str(self.spec.weights) if self.spec.weights is not None else None,
-                "saved_weights": str(self.spec.save_weights) if self.spec.save_weights is not None else None,
-                "notes": self.notes,
-                **self.numerics.facts(),
-            }
+        return epoch_record(
+            self.recipe,
+            epochs,
+            workload=self.cfg.workload,
+            metric="mean_auc" if self.recipe.task.multilabel else "accuracy",
+            total_s=total,
+            time_to_target_s=time_to_target,
+            target=self.spec.target_accuracy,
+            batch=self.batch,
+            steps=len(self.train_loader) * len(epochs),  # optimiser steps of one rank
+            world=self.world,
+            optimizer=self.optimizer,
+            learning_rate=optimizer_lr(self.optimizer),
+            weights=str(self.spec.weights) if self.spec.weights is not None else None,
+            saved_weights=str(self.spec.save_weights) if self.spec.save_weights is not None else None,
+            notes=self.notes,
+            facts=self.numerics.facts(),
         )
 
     def close(self) -> None:

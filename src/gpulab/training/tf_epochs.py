@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.training.epochs import EpochSpec
+from gpulab.training.epochs import EpochSpec, epoch_record
 from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
 
@@ -101,7 +101,6 @@ def train_epochs_tf(cfg: RunConfig, strategy: Any, spec: EpochSpec, replicas: in
     """Train cfg.workload for spec.epochs epochs with keras fit under `strategy`; cfg.batch is per replica."""
     import keras
 
-    from gpulab.launch.common import jsonable
     from gpulab.workloads.tf.common import TFNumerics, seed_everything
 
     check_tf_epochs(cfg, spec)
@@ -133,36 +132,23 @@ def train_epochs_tf(cfg: RunConfig, strategy: Any, spec: EpochSpec, replicas: in
     finally:
         numerics.close()
     epochs = recorder.epochs
-    metrics = [e["val_metric"] for e in epochs if e["val_metric"] is not None]
-    train_s = sum(e["seconds"] for e in epochs)
-    samples = sum(e["samples"] for e in epochs)
-    return jsonable(
-        {
-            "workload": cfg.workload,
-            "metric": "accuracy",
-            "epochs": epochs,
-            "total_s": total,
-            "train_s": train_s,
-            "samples_per_s": samples / train_s if train_s > 0 else None,
-            "time_to_target_s": recorder.time_to_target,
-            "target": spec.target_accuracy,
-            "final_metric": epochs[-1]["val_metric"] if epochs else None,
-            "best_metric": max(metrics) if metrics else None,
-            "train_samples": len(split.train),
-            "val_samples": len(split.val),
-            "data": split.source,
-            "validation": split.val_source,
-            "classes": r.task.classes,
-            "batch": per_replica,
-            "steps": math.ceil(len(split.train) / batch) * len(epochs),
-            "world": replicas,
-            "optimizer": type(optimizer).__name__,
-            "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-            "weights": None,
-            "saved_weights": None,
-            "notes": [],
-            **facts,
-        }
+    return epoch_record(
+        r,
+        epochs,
+        workload=cfg.workload,
+        metric="accuracy",
+        total_s=total,
+        time_to_target_s=recorder.time_to_target,
+        target=spec.target_accuracy,
+        batch=per_replica,
+        steps=math.ceil(len(split.train) / batch) * len(epochs),
+        world=replicas,
+        optimizer=optimizer,
+        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+        weights=None,
+        saved_weights=None,
+        notes=[],
+        facts=facts,
     )
 
 
