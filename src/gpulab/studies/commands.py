@@ -94,9 +94,10 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
     for note in session.notes:
         print(f"study {study.name}: {note}", file=sys.stderr)
     html, md = write_report(study_dir)
+    on = "the machine" if study.whole_machine else f"{len(session.workers)} worker(s)"
     print(
         f"study {study.name}: {session.ok} ok, {session.failed} failed of {session.runs} runs in "
-        f"{session.wall_s:.1f} s on {len(session.workers)} worker(s); report {html} and {md}"
+        f"{session.wall_s:.1f} s on {on}; report {html} and {md}"
     )
     return 1 if session.failed else 0
 

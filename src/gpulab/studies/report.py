@@ -221,14 +221,17 @@ def _runs_rows(runs: Sequence[Run], columns: Sequence[str]) -> list[tuple[Any, .
     return rows
 
 
-def headline(summary: Summary) -> str:
+def headline(summary: Summary, whole_machine: bool = False) -> str:
     share = summary.iteration_share
-    text = (
-        f"{summary.ok} of {summary.runs} runs ok ({summary.failed} failed) in {fmt_num(summary.wall_s, 's')} on "
-        f"{len(summary.workers)} worker(s)"
-    )
+    where = "the machine, one run at a time" if whole_machine else f"{len(summary.workers)} worker(s)"
+    text = f"{summary.ok} of {summary.runs} runs ok ({summary.failed} failed) in {fmt_num(summary.wall_s, 's')}"
+    text += f" on {where}"
     if share is not None:
-        text += f"; the runs' own iterations filled {100 * share:.0f} % of the workers' time"
+        whose = "the" if whole_machine else "the workers'"
+        text += f"; the runs' own iterations filled {100 * share:.0f} % of {whose} time"
+    if whole_machine and summary.overhead_median_s is not None:
+        text += f"; overhead per run {summary.overhead_median_s:.1f} s (median: each run is a `gpulab run` process)"
+        return text
     if summary.overhead_median_s is not None:
         text += f"; overhead per run {summary.overhead_median_s:.2f} s (median, warm worker)"
     if summary.overhead_first_s is not None:
@@ -281,7 +284,7 @@ def to_markdown(page: StudyPage) -> str:
     out = [f"# Study {s.name}" + (f" ({s.variant})" if s.variant else ""), ""]
     if s.title:
         out += [s.title, ""]
-    out += [f"- {headline(page.summary)}"]
+    out += [f"- {headline(page.summary, s.whole_machine)}"]
     if page.baseline_line:
         out += [f"- {page.baseline_line}"]
     out += ["", "## Workers", ""]
@@ -322,7 +325,7 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     body = [f"<h1>{_e(title)}</h1>"]
     if s.title:
         body.append(f"<p class='run'>{_e(s.title)}</p>")
-    body.append(f"<p class='headline'>{_e(headline(page.summary))}</p>")
+    body.append(f"<p class='headline'>{_e(headline(page.summary, s.whole_machine))}</p>")
     if page.baseline_line:
         body.append(f"<p class='headline'>{_e(page.baseline_line)}</p>")
     body.append("<h2>Workers</h2>")

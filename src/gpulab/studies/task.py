@@ -49,7 +49,7 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
     run_dir.mkdir(parents=True, exist_ok=True)
     device = os.environ.get(DEVICE_ENV, "cpu")
-    facts: dict[str, Any] = {"device": os.environ.get(LABEL_ENV, device), "worker": _worker_name()}
+    facts: dict[str, Any] = {"device": os.environ.get(LABEL_ENV, device), "worker": _worker_name() or "machine"}
     try:
         if _in_worker(pset):
             facts.update(_run_here(pset, run_dir, device))
