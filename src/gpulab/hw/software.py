@@ -166,8 +166,10 @@ def nccl_version(root: Path = Path("/")) -> str | None:
 def probe_torch() -> FrameworkInfo | None:
     if importlib.util.find_spec("torch") is None:
         return None
+    from gpulab.interrupts import import_torch
+
     try:
-        import torch
+        torch = import_torch()  # a Ctrl-C during torch's import would otherwise be lost
     except Exception as err:  # ImportError, or a CUDA library that fails to load
         return FrameworkInfo(name="torch", version="unknown", error=f"{type(err).__name__}: {err}")
     info = FrameworkInfo(name="torch", version=str(getattr(torch, "__version__", "unknown")))

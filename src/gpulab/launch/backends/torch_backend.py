@@ -23,21 +23,10 @@ class TorchBackend(Backend):
     pins_by_uuid = True  # torch tells each GPU's UUID; a UUID pins the same GPU whatever the parent's numbering
 
     def prepare(self) -> None:
-        """Import torch with Ctrl-C held back until the import is done.
+        """Import torch with Ctrl-C held back until the import is done (gpulab.interrupts says why)."""
+        from gpulab.interrupts import import_torch
 
-        A KeyboardInterrupt raised while torch's C++ extensions initialise escapes as a C++ exception and aborts
-        the process (SIGABRT and a "terminate called" message) instead of ending it with one line.
-        """
-        import signal
-
-        pending: list[int] = []
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-        try:
-            import torch  # noqa: F401
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        if pending:
-            raise KeyboardInterrupt
+        import_torch()
 
     def check(self, cfg: RunConfig, builder: str | None) -> None:
         from gpulab.launch.common import check_config
