@@ -204,7 +204,7 @@ def test_each_shipped_study_runs_at_its_tiny_size(tmp_path, name):
     proc = gpulab("study", "run", name, "--variant", "tiny", "--study-dir", str(out), timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     df = load_database(out)
-    assert len(df) >= 2 and set(df["status_"]) == {"ok"}
+    assert len(df) >= 1 and set(df["status_"]) == {"ok"}
     assert all(isinstance(c, str) and c.startswith(sys.executable) for c in [_command(out, p) for p in df["_pset_id"]])
     if study.epochs:
         assert df["final_metric_"].notna().all() and all(len(r) == study.epochs["epochs"] for r in df["epoch_records_"])

@@ -7,8 +7,8 @@ from types import FrameType
 
 
 def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
-    # Until main() takes over, Ctrl-C ends the command as it does later: one line and 130, no traceback from
-    # the middle of an import.
+    # Before main() takes over and after it is done, Ctrl-C ends the command as it does in between: one line and
+    # 130, no traceback from the middle of an import or of the interpreter's teardown.
     os.write(2, b"gpulab: interrupted\n")
     os._exit(130)
 
@@ -18,7 +18,10 @@ def command() -> None:
     from gpulab.cli import main
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # main() turns KeyboardInterrupt into the same line
-    sys.exit(main())
+    code = main()
+    # The work is done; a Ctrl-C while the interpreter and the frameworks tear down still ends in the one line.
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
