@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from gpulab import names
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
 
 MAX_STUDY_BYTES = 1 << 20
@@ -120,10 +120,7 @@ def load_study(path: Path, variant: str | None = None) -> Study:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "unreadable"
-        raise GpulabError(f"{where} is not valid YAML: {problem}{at}; fix it ({HINT})") from None
+        raise GpulabError(f"{where} is not valid YAML: {yaml_problem(err)}; fix it ({HINT})") from None
     except RecursionError:
         raise GpulabError(f"{where} is nested too deeply to be a study file; {HINT}") from None
     return study_from_dict(data, where=where, variant=variant, base_dir=Path(path).resolve().parent, path=Path(path))

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpulab.compat.rules import driver_branch
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.sysfs import parse_cpulist
@@ -625,16 +625,6 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     return spec
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    """PyYAML's several-line message as one line: the problem and where it is."""
-    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
-    if problem and mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    first = (str(err).strip().splitlines() or ["unreadable"])[0].rstrip(":")
-    position = getattr(err, "position", None)  # a reader error: a character YAML does not allow
-    return first + (f" at character {position + 1}" if isinstance(position, int) else "")
-
-
 def load_spec(path: Path) -> VmSpec:
     """Read and check a VM spec file: a regular UTF-8 file holding one YAML (or JSON) mapping."""
     where = f"VM spec {shown(Path(path))}"
@@ -644,7 +634,7 @@ def load_spec(path: Path) -> VmSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise GpulabError(f"{where} is not valid YAML: {_yaml_problem(err)}; fix it (see docs/vm.md).") from None
+        raise GpulabError(f"{where} is not valid YAML: {yaml_problem(err)}; fix it (see docs/vm.md).") from None
     except RecursionError:
         raise GpulabError(f"{where} is nested too deeply to be a VM spec; see docs/vm.md.") from None
     if data is None:
