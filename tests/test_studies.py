@@ -155,6 +155,29 @@ def test_the_one_line_comparison_with_the_published_run():
     assert "no run of this study ran on a GPU" in (baselines.compare_line(study, [_run("cpu0", 3.0)]) or "")
 
 
+def _epoch_run(launcher, device, seconds, status="ok"):
+    epochs = [{"epoch": i + 1, "seconds": s} for i, s in enumerate(seconds)]
+    return SimpleNamespace(status=status, device=device, values={"launcher": launcher}, epochs=epochs)
+
+
+def test_a_scaling_baseline_is_set_beside_this_machines_own_ratio_per_epoch():
+    study = load_study(study_path("resnet50-285"))
+    runs = [
+        _epoch_run("ddp", "ddp×1", [30.0, 10.0, 10.4, 9.6]),  # the first epoch (warm-up) left out: 10.0 s
+        _epoch_run("ddp", "ddp×2", [20.0, 5.2, 5.3]),
+        _epoch_run("dataparallel", "dataparallel×2", [25.0, 8.0]),
+        _epoch_run("ddp", "ddp×4", [9.0, 1.0], status="failed"),
+    ]
+    line = baselines.compare_line(study, runs) or ""
+    assert line.startswith("published (tensorflow mirrored): 3.08× on 4 GPUs (77% per GPU)"), line
+    assert "per epoch against 10.00 s on one GPU: ddp 1.90× on 2 (95%), dataparallel 1.25× on 2 (62%)" in line
+    alone = baselines.compare_line(study, runs[1:3]) or ""
+    assert "no epoch runs on one and on several GPUs" in alone
+    # The neural-style baseline's 20 are vCPUs, not GPUs: no scaling line, the per-run one.
+    style = load_study(study_path("neural-style"))
+    assert "per run" in (baselines.compare_line(style, [_run("gpu0 x", 5.0)]) or "")
+
+
 def test_a_study_file_relative_data_path_is_relative_to_the_file(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump({**BASE, "data": "images"}))

@@ -188,6 +188,10 @@ def test_refusals_leave_nothing_behind(tmp_path):
     proc = gpulab("study", "run", str(path), "--study-dir", str(out), "--scheduler", f"tcp://127.0.0.1:{_free_port()}")
     assert proc.returncode == 2 and "nothing answers at 127.0.0.1" in proc.stderr
     assert not out.exists()
+    gone = tmp_path / "gone"
+    proc = gpulab("study", "run", "chexnet", "--variant", "one-gpu", "--data", str(gone), "--study-dir", str(out))
+    assert proc.returncode == 2 and f"data {gone}: no such file or directory; pass the data set's folder" in proc.stderr
+    assert not out.exists()
     proc = gpulab("study", "resume", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "holds no study" in proc.stderr
 

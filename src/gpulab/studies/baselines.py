@@ -63,6 +63,9 @@ def compare_line(study: Any, runs: list[Any]) -> str | None:
         report = load(study.baseline)
     except GpulabError as err:
         return f"baseline {study.baseline}: {err}"
+    scaling = _scaling_line(report, study, runs)
+    if scaling:
+        return scaling
     row = _gpu_row(report, study.workload)
     if row is None or not row.seconds:
         return f"baseline {study.baseline} has no one-GPU figure for {study.workload}"
@@ -83,3 +86,42 @@ def compare_line(study: Any, runs: list[Any]) -> str | None:
         f"{_hardware(report)}: {row.seconds:g} s per run; this machine: {median:.2f} s median over {len(ours)} runs "
         f"({ours[0].precision or 'own precision'}), {row.seconds / median:.1f}× faster (baseline {study.baseline})"
     )
+
+
+def _devices(run: Any) -> int:
+    """How many devices a whole-machine run took (its device reads `ddp×2`); a worker's run takes one."""
+    _, times, count = (run.device or "").partition("×")
+    return int(count) if times and count.isdigit() else 1
+
+
+def _epoch_seconds(run: Any) -> float | None:
+    """Median seconds per epoch, the first left out when there are more (it holds the warm-up)."""
+    seconds = [e["seconds"] for e in run.epochs if isinstance(e.get("seconds"), (int, float))]
+    return statistics.median(seconds[1:] if len(seconds) > 1 else seconds) if seconds else None
+
+
+def _scaling_line(report: Report, study: Any, runs: list[Any]) -> str | None:
+    """For a baseline that publishes 1 and N GPUs: its speedup beside this study's, per epoch, launcher by launcher.
+
+    Frameworks and GPUs differ, so the figures compared are each machine's own ratio of N GPUs to one."""
+    gpu_rows = (r for r in report.results if r.workload == study.workload and r.launcher != "cpu")
+    rows = sorted(gpu_rows, key=lambda r: r.n)
+    if len(rows) < 2 or rows[0].n != 1 or not rows[0].value:
+        return None
+    top = rows[-1]
+    published = top.value / rows[0].value
+    timed = [(r, _devices(r), _epoch_seconds(r)) for r in runs if r.status == "ok" and getattr(r, "epochs", None)]
+    ones = [t for _, n, t in timed if n == 1 and t]
+    many = [(r, n, t) for r, n, t in timed if n > 1 and t]
+    theirs = (
+        f"published ({top.framework} {top.launcher}): {published:.2f}× on {top.n} GPUs ({published / top.n:.0%} "
+        "per GPU)"
+    )
+    if not ones or not many:
+        return f"{theirs}; this study has no epoch runs on one and on several GPUs to set beside it"
+    one = min(ones)
+    ours = ", ".join(
+        f"{r.values.get('launcher') or 'run'} {one / t:.2f}× on {n} ({one / t / n:.0%})"
+        for r, n, t in sorted(many, key=lambda m: (m[1], m[2]))
+    )
+    return f"{theirs}; this machine, per epoch against {one:.2f} s on one GPU: {ours} (baseline {study.baseline})"

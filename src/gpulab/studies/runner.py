@@ -88,6 +88,15 @@ def _check_dir(study: Study, study_dir: Path, resume: bool) -> None:
         )
 
 
+def _check_data(study: Study) -> None:
+    if study.data is None or str(study.data) in ("digits", "generated") or study.data.exists():
+        return
+    raise GpulabError(
+        f"data {study.data}: no such file or directory; pass the data set's folder with --data (or data: in the "
+        "study file), or digits / generated"
+    )
+
+
 def _write_document(path: Path, study: Study) -> None:
     import yaml
 
@@ -229,9 +238,11 @@ def run_study(
     # Where the runs go is checked before anything is written: a refused study leaves no directory behind.
     chosen = None
     if scheduler:
-        cluster.reachable(scheduler)
-    elif not study.whole_machine:
-        chosen = cluster.slots(study.workers, study.threads)
+        cluster.reachable(scheduler)  # the data is then the workers' hosts' to have
+    else:
+        _check_data(study)
+        if not study.whole_machine:
+            chosen = cluster.slots(study.workers, study.threads)
     study_dir.mkdir(parents=True, exist_ok=True)
     study = with_generated_data(study, study_dir)
     df = load_database(study_dir)
