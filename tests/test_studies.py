@@ -182,3 +182,29 @@ def test_a_study_file_relative_data_path_is_relative_to_the_file(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump({**BASE, "data": "images"}))
     assert load_study(path).data == Path(tmp_path.resolve()) / "images"
+
+
+def _whole_machine_pset(**extra):
+    study = load_study(study_path("resnet50-285"))
+    pset = {**study.fixed, "workload": "resnet50", "framework": "torch", "size": "full", "precision": "plan"}
+    return {**pset, "launcher": "ddp", "gpus": 2, "batch": 64, "num_workers": 8, "epochs": 3, **extra}
+
+
+def test_a_gpulab_run_child_gets_the_studys_loader_workers_and_its_gpus_precision_plan(monkeypatch, tmp_path):
+    from gpulab.hw import nvml
+    from gpulab.hw.model import GpuInfo
+    from gpulab.studies import cluster, task
+
+    # No GPU: `precision: plan` is fp32, said on the command line.
+    cmd = task.gpulab_run_command(_whole_machine_pset(), tmp_path / "r.json")
+    assert cmd[cmd.index("--num-workers") + 1] == "8" and cmd[cmd.index("--batch") + 1] == "64"
+    assert cmd[cmd.index("--precision") + 1] == "fp32" and "--channels-last" not in cmd
+    # An H100 seen through NVML (this process opens no CUDA context): its plan, bf16 and NHWC for ResNet50.
+    h100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-1", "0000:1b:00.0", "10de:2330", compute_capability="9.0")
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: [(0, "GPU-1", h100.name)])
+    monkeypatch.setattr(nvml, "query", lambda: SimpleNamespace(gpus=[h100]))
+    cmd = task.gpulab_run_command(_whole_machine_pset(), tmp_path / "r.json")
+    assert cmd[cmd.index("--precision") + 1] == "bf16" and "--channels-last" in cmd
+    cmd = task.gpulab_run_command(_whole_machine_pset(precision="tf32", channels_last=False), tmp_path / "r.json")
+    assert cmd[cmd.index("--precision") + 1] == "tf32" and "--channels-last" not in cmd
+    assert task.planned({"workload": "resnet50"}, "no such board", None) is None

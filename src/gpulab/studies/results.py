@@ -20,6 +20,12 @@ from gpulab.report.model import Report, Result
 REPORT_JSON = "report.json"
 
 
+def _one_batch(members: list[dict[str, Any]]) -> int | None:
+    """The runs' batch where they share one (a varied batch is told apart in the runs table, not here)."""
+    batches = {int(b) for b in (_num(r.get("batch")) for r in members) if b is not None}
+    return batches.pop() if len(batches) == 1 else None
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -61,6 +67,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                 unit="samples/s",
                 device=label if launcher in names.ONE_DEVICE_LAUNCHERS else None,
                 devices=[label] if label else [],
+                batch=_one_batch(members),
                 seconds=statistics.median(timed) if timed else None,
                 iterations=int(statistics.median(steps)) if steps else None,
                 params={

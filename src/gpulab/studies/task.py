@@ -104,22 +104,40 @@ def _free_memory() -> None:
 def _precision(pset: dict[str, Any], device: str) -> tuple[str, bool]:
     """(precision, channels_last): the pset's, or with `precision: plan` what the precision plan picks for this GPU."""
     channels_last = bool(pset.get("channels_last", False))
-    precision = str(pset.get("precision", "plan"))
-    if precision != "plan":
-        return precision, channels_last
+    if str(pset.get("precision", "plan")) != "plan":
+        return str(pset["precision"]), channels_last
     if not device.startswith("cuda"):
         return "fp32", channels_last
     import torch
 
+    major, minor = torch.cuda.get_device_capability(0)
+    return planned(pset, torch.cuda.get_device_name(0), f"{major}.{minor}") or ("fp32", channels_last)
+
+
+def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None) -> tuple[str, bool] | None:
+    """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last, the
+    pset's own layout if it sets one); None where the GPU has no plan."""
     from gpulab import compat
     from gpulab.validation import precision_plan
 
-    major, minor = torch.cuda.get_device_capability(0)
-    plan = precision_plan.for_gpu(compat.gpu_by_name(torch.cuda.get_device_name(0)), f"{major}.{minor}", None)
+    plan = precision_plan.for_gpu(compat.gpu_by_name(gpu_name), compute_capability, None)
     if plan is None:
-        return "fp32", channels_last
+        return None
     choice = plan.training(str(pset["workload"]), str(pset.get("framework", names.DEFAULT_FRAMEWORK)))
     return choice.precision, bool(pset.get("channels_last", choice.channels_last))
+
+
+def _planned_for_machine(pset: dict[str, Any]) -> tuple[str, bool] | None:
+    """`precision: plan` for a `gpulab run` child: the plan of the first GPU this process may use, read through NVML
+    (the study's process opens no CUDA context); None without GPUs."""
+    from gpulab.hw import nvml
+    from gpulab.studies import cluster
+
+    visible = cluster.visible_gpus()
+    if not visible:
+        return None
+    gpu = next((g for g in nvml.query().gpus if g.index == visible[0][0]), None)
+    return planned(pset, visible[0][2], gpu.compute_capability if gpu else None)
 
 
 def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
@@ -239,14 +257,15 @@ def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
     gpus = pset.get("gpus")
     if launcher not in ("cpu", "gpu") and isinstance(gpus, (int, float, str)) and not _missing(gpus):
         cmd += ["--gpus", str(_gpu_count() if gpus == "all" else int(gpus))]
-    precision = str(pset.get("precision", "plan"))
-    if precision != "plan":
-        cmd += ["--precision", precision]
-    for key in ("batch", "steps", "warmup"):
+    precision, channels_last = str(pset.get("precision", "plan")), bool(pset.get("channels_last"))
+    if precision == "plan":  # `gpulab run` alone would train in fp32
+        precision, channels_last = _planned_for_machine(pset) or ("fp32", channels_last)
+    cmd += ["--precision", precision]
+    for key in ("batch", "steps", "warmup", "num_workers"):
         value = pset.get(key)
         if isinstance(value, (int, float)) and not _missing(value):
-            cmd += [f"--{key}", str(int(value))]
-    if pset.get("channels_last"):
+            cmd += [f"--{key.replace('_', '-')}", str(int(value))]
+    if channels_last:
         cmd.append("--channels-last")
     if isinstance(pset.get("data"), str):
         cmd += ["--data", str(pset["data"])]
