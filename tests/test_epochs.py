@@ -306,3 +306,15 @@ def test_digits_without_scikit_learn_is_one_line(monkeypatch, capsys):
 def test_style_transfer_refuses_optimizer_choice(capsys):
     assert main(["run", "style_transfer", "--launcher", "cpu", "--lr", "0.1"]) == 2
     assert "--optimizer and --lr do not apply" in capsys.readouterr().err
+
+
+def test_loader_workers_default_to_a_share_of_the_cores_per_training_process(monkeypatch):
+    import os
+
+    from gpulab.workloads.common import loader_workers
+
+    assert loader_workers(0) == 0 and loader_workers(12, processes=4) == 12  # asked for: as asked
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert [loader_workers(None, n) for n in (1, 2, 4, 8)] == [8, 7, 3, 2]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert loader_workers(None) == 2  # never fewer than 2: a small host keeps the old default

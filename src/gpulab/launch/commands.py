@@ -327,7 +327,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=_non_negative, default=3, help="untimed warm-up steps (default 3)")
     p.add_argument("--size", choices=SIZES, default="standard", help="problem size (default standard)")
     p.add_argument("--data", type=Path, metavar="PATH", help="real data (default: synthetic tensors)")
-    p.add_argument("--num-workers", type=_non_negative, default=2, help="DataLoader workers for --data (default 2)")
+    p.add_argument(
+        "--num-workers",
+        type=_non_negative,
+        help="DataLoader workers for --data (default: the CPU cores per training process less one, 2 to 8)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="a workload knob, repeatable (--param learning_rate=0.1)"

@@ -433,6 +433,15 @@ def run_params(
     )
 
 
+def _loader_workers(cfg: RunConfig) -> int | None:
+    """The DataLoader workers a real-data run had (the default resolved as its loader did); None without data."""
+    if cfg.data is None:
+        return None
+    from gpulab.workloads.common import distributed_rank, loader_workers
+
+    return loader_workers(cfg.num_workers, distributed_rank()[1])
+
+
 def launch_params(
     cfg: RunConfig,
     plan: BatchPlan,
@@ -452,7 +461,7 @@ def launch_params(
         warmup=cfg.warmup,
         seed=cfg.seed,
         data=str(cfg.data) if cfg.data is not None else None,
-        num_workers=cfg.num_workers if cfg.data is not None else None,  # DataLoader workers feeding real data
+        num_workers=_loader_workers(cfg),  # DataLoader workers feeding real data
         workload_params=dict(cfg.params),
         first_loss=first_loss,
         final_loss=loss,

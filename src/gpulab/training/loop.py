@@ -16,6 +16,7 @@ from gpulab.workloads.common import (
     Numerics,
     choose_optimizer,
     distributed_rank,
+    loader_workers,
     optimizer_lr,
     seed_everything,
 )
@@ -27,7 +28,7 @@ def _loader(dataset: Any, sampler: Any, batch: int, batched: bool, cfg: RunConfi
     from torch.utils.data import BatchSampler, DataLoader
 
     # In-memory sets are index lookups: loader workers would only add copies between processes.
-    workers = 0 if batched else cfg.num_workers
+    workers = 0 if batched else loader_workers(cfg.num_workers, distributed_rank()[1])
     common: dict[str, Any] = {
         "num_workers": workers,
         "pin_memory": torch.device(device).type == "cuda",

@@ -11,6 +11,7 @@ from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochSpec, epoch_record
 from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import loader_workers
 
 TF_EPOCH_WORKLOADS = ("mnist", "resnet50")
 
@@ -110,11 +111,10 @@ def train_epochs_tf(cfg: RunConfig, strategy: Any, spec: EpochSpec, replicas: in
     batch = per_replica * replicas
     split = r.split
     numerics = TFNumerics(cfg.precision)
+    workers = loader_workers(cfg.num_workers)
     try:
-        train = _dataset(
-            split.train, split.batched, train=True, batch=batch, r=r, seed=cfg.seed, workers=cfg.num_workers
-        )
-        val = _dataset(split.val, split.batched, train=False, batch=batch, r=r, seed=cfg.seed, workers=cfg.num_workers)
+        train = _dataset(split.train, split.batched, train=True, batch=batch, r=r, seed=cfg.seed, workers=workers)
+        val = _dataset(split.val, split.batched, train=False, batch=batch, r=r, seed=cfg.seed, workers=workers)
         with strategy.scope():
             model = _model(cfg, r)
             optimizer = _optimizer(cfg, spec)

@@ -23,7 +23,7 @@ class RunConfig:
     warmup: int = 3
     size: str = "standard"  # one of gpulab.names.SIZES
     data: Path | None = None  # real data; None = synthetic tensors of the real shapes
-    num_workers: int = 2  # DataLoader workers for real data
+    num_workers: int | None = None  # DataLoader workers for real data; None: a share of the cores (loader_workers)
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)  # workload-specific knobs (style transfer's width...)
     optimizer: str | None = None  # gpulab.names.OPTIMIZERS; None: the workload's own

@@ -14,6 +14,7 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.common import loader_workers
 
 TF_PRECISIONS = tuple(p for p in names.TRAINING_PRECISIONS if not names.precision(p).loss_scaling)
 
@@ -164,7 +165,7 @@ def image_folder_dataset(
         image = tf.image.resize(image, [side, side], method="bilinear")
         return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8), label
 
-    workers = cfg.num_workers or 1
+    workers = loader_workers(cfg.num_workers) or 1
     ds = tf.data.Dataset.from_tensor_slices((files, labels))
     ds = ds.shuffle(len(files), seed=cfg.seed, reshuffle_each_iteration=True).repeat()
     ds = ds.map(load, num_parallel_calls=workers).batch(batch, drop_remainder=True)
