@@ -70,7 +70,8 @@ def _scaling_key(s: Scaling) -> tuple[str, str, str, str, int]:
     return (s.workload, s.framework, s.launcher, s.precision, s.n)
 
 
-def _this_host() -> dict[str, Any]:
+def this_host() -> dict[str, Any]:
+    """This machine's fingerprint for a report of runs (frameworks not probed: the runs say their own versions)."""
     from gpulab.hw.discover import fingerprint
 
     return fingerprint(probe_frameworks=False).to_dict()
@@ -81,7 +82,7 @@ def append_results(
     results: Sequence[Result],
     command: str | None = None,
     *,
-    fingerprint: Callable[[], dict[str, Any]] = _this_host,
+    fingerprint: Callable[[], dict[str, Any]] = this_host,
 ) -> Report:
     """Add `results` to the report at `path` under its lock and write it atomically; returns the new report.
 

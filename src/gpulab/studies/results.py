@@ -86,7 +86,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
 
 def write_study_report(study_dir: Path, study: Any, df: Any, command: str | None) -> Path | None:
     """Write STUDY_DIR/report.json from the database's successful runs (none: no report)."""
-    from gpulab.report.append import _this_host, merge_results
+    from gpulab.report.append import merge_results, this_host
     from gpulab.report.io import write_report
     from gpulab.studies.task import outcome
 
@@ -94,7 +94,7 @@ def write_study_report(study_dir: Path, study: Any, df: Any, command: str | None
     results = study_results(rows, study)
     if not results:
         return None
-    report = Report(fingerprint=_this_host(), tier=names.RUN_REPORT_TIER, command=command)
+    report = Report(fingerprint=this_host(), tier=names.RUN_REPORT_TIER, command=command)
     path = Path(study_dir) / REPORT_JSON
     write_report(merge_results(report, results), path)
     return path

@@ -45,6 +45,8 @@ def _missing(value: Any) -> bool:
 
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
+    from gpulab.launch.common import jsonable
+
     started = time.time()
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +65,7 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     facts["wall_s"] = round(time.time() - started, 3)
     timed = facts.get("timed_s")
     facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
-    (run_dir / RESULT).write_text(json.dumps(_jsonable(facts), indent=1))
+    (run_dir / RESULT).write_text(json.dumps(jsonable(facts), indent=1))
     return {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
 
 
