@@ -153,21 +153,34 @@ def summarise(runs: Sequence[Run], sessions: Sequence[dict[str, Any]]) -> Summar
     )
 
 
-def plot_curves(runs: Sequence[Run], limit: int = 60) -> str | None:
-    """Loss against step (log scale), one line per run (the first `limit` successful ones), coloured by run."""
+LEGEND_MAX = 8  # more lines than this: colours alone, the runs table names them
+
+
+def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = ()) -> str | None:
+    """Loss against step (log scale), one line per run (the first `limit` successful ones), coloured by run; a
+    legend by the varied values where there are few lines to tell apart, whole epochs on the axis of epoch runs."""
     drawn = [r for r in runs if r.status == "ok" and len(r.curve) >= 2][:limit]
     if not drawn:
         return None
     fig = _figure(9, 4)
     ax = fig.add_subplot(1, 1, 1)
+    labelled = bool(columns) and len(drawn) <= LEGEND_MAX
     for r in drawn:
         points = [(p[0], p[1]) for p in r.curve if isinstance(p, (list, tuple)) and len(p) == 2 and _num(p[1])]
         if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=0.8, alpha=0.7)
-    ax.set_xlabel("step (epoch for epoch runs)")
+            label = ", ".join(f"{c}={_short(r.values.get(c))}" for c in columns) if labelled else None
+            ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=0.8, alpha=0.7, label=label)
+    epochs = all(r.epochs for r in drawn)
+    ax.set_xlabel("epoch" if epochs else "step")
+    if epochs:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("loss")
     if all((_num(p[1]) or 0) > 0 for r in drawn for p in r.curve if _num(p[1]) is not None):
         ax.set_yscale("log")
+    if labelled:
+        ax.legend(fontsize="small")
     ax.set_title(f"loss curves ({len(drawn)} runs)")
     return _png(fig)
 
@@ -339,7 +352,7 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     if page.gpu_use:
         body.append("<h3>GPU use while the study ran (NVML)</h3>")
         body.append(_html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
-    curves = plot_curves(page.runs)
+    curves = plot_curves(page.runs, columns=page.columns)
     if curves:
         body.append("<h2>Loss curves</h2>" + _img(curves, "loss curves"))
     grids = _grid_html(page, base)
