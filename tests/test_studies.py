@@ -193,7 +193,7 @@ def _whole_machine_pset(**extra):
 def test_a_gpulab_run_child_gets_the_studys_loader_workers_and_its_gpus_precision_plan(monkeypatch, tmp_path):
     from gpulab.hw import nvml
     from gpulab.hw.model import GpuInfo
-    from gpulab.studies import cluster, task
+    from gpulab.studies import task
 
     # No GPU: `precision: plan` is fp32, said on the command line.
     cmd = task.gpulab_run_command(_whole_machine_pset(), tmp_path / "r.json")
@@ -201,8 +201,9 @@ def test_a_gpulab_run_child_gets_the_studys_loader_workers_and_its_gpus_precisio
     assert cmd[cmd.index("--precision") + 1] == "fp32" and "--channels-last" not in cmd
     # An H100 seen through NVML (this process opens no CUDA context): its plan, bf16 and NHWC for ResNet50.
     h100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-1", "0000:1b:00.0", "10de:2330", compute_capability="9.0")
-    monkeypatch.setattr(cluster, "visible_gpus", lambda: [(0, "GPU-1", h100.name)])
+    monkeypatch.setattr(nvml, "load_nvml", lambda: (object(), None))
     monkeypatch.setattr(nvml, "query", lambda: SimpleNamespace(gpus=[h100]))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cmd = task.gpulab_run_command(_whole_machine_pset(), tmp_path / "r.json")
     assert cmd[cmd.index("--precision") + 1] == "bf16" and "--channels-last" in cmd
     cmd = task.gpulab_run_command(_whole_machine_pset(precision="tf32", channels_last=False), tmp_path / "r.json")

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
+from gpulab.hw.model import GpuInfo
 from gpulab.studies.task import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 
 QUIET = {"DASK_LOGGING__DISTRIBUTED": "error"}  # a worker's own start/stop lines are noise next to the study's
@@ -39,24 +40,28 @@ class Slot:
         return self.env.get(DEVICE_ENV, "cpu").startswith("cuda")
 
 
-def visible_gpus() -> list[tuple[int, str, str]]:
-    """(NVML index, UUID, name) of the GPUs this process may use: NVML's, filtered by CUDA_VISIBLE_DEVICES."""
+def visible_gpu_infos() -> list[GpuInfo]:
+    """NVML's view of the GPUs this process may use, filtered and ordered by CUDA_VISIBLE_DEVICES."""
     from gpulab.hw import nvml
 
     if nvml.load_nvml()[0] is None:
         return []
-    result = nvml.query()
-    gpus = [(g.index, g.uuid or "", g.name or "GPU") for g in result.gpus if g.uuid]
+    gpus = [g for g in nvml.query().gpus if g.uuid]
     visible = cuda_visible.entries()
     if visible is None:
         return gpus
     chosen = []
     for entry in visible:
-        match = [g for g in gpus if (entry.isdigit() and g[0] == int(entry)) or g[1].startswith(entry)]
+        match = [g for g in gpus if (entry.isdigit() and g.index == int(entry)) or g.uuid.startswith(entry)]
         if not match:
             break  # CUDA stops at the first entry it cannot resolve; so do we
         chosen.append(match[0])
     return chosen
+
+
+def visible_gpus() -> list[tuple[int, str, str]]:
+    """(NVML index, UUID, name) of the GPUs this process may use: NVML's, filtered by CUDA_VISIBLE_DEVICES."""
+    return [(g.index, g.uuid, g.name or "GPU") for g in visible_gpu_infos()]
 
 
 def slots(

@@ -27,7 +27,7 @@ from gpulab.studies import cluster
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.psets import parameter_sets
 from gpulab.studies.results import write_study_report
-from gpulab.studies.spec import Study
+from gpulab.studies.spec import NAMED_DATA, Study
 from gpulab.studies.task import run_pset
 
 DATABASE = "database.pk"
@@ -89,7 +89,7 @@ def _check_dir(study: Study, study_dir: Path, resume: bool) -> None:
 
 
 def _check_data(study: Study) -> None:
-    if study.data is None or str(study.data) in ("digits", "generated") or study.data.exists():
+    if study.data is None or str(study.data) in NAMED_DATA or study.data.exists():
         return
     raise GpulabError(
         f"data {study.data}: no such file or directory; pass the data set's folder with --data (or data: in the "

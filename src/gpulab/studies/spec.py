@@ -40,6 +40,7 @@ from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
 
 MAX_STUDY_BYTES = 1 << 20
+NAMED_DATA = ("digits", "generated")  # scikit-learn's digits; a small set made in the study directory
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MODES = ("star", "grid", "zip")
 WORKER = "worker"  # a run on one worker's device (gpu, or cpu on a worker without one)
@@ -327,7 +328,7 @@ def _data_path(value: Any, base_dir: Path | None, problems: list[str]) -> Path |
     if not isinstance(value, str) or not value.strip():
         problems.append(f"data: {value!r} is not a path")
         return None
-    if value in ("digits", "generated"):  # scikit-learn's digits; a small set made in the study directory
+    if value in NAMED_DATA:
         return Path(value)
     path = Path(value).expanduser()
     if not path.is_absolute() and base_dir is not None:
@@ -349,7 +350,7 @@ def with_overrides(study: Study, params: dict[str, Any], data: Path | None) -> S
     fixed = {**study.fixed, **params}
     document["fixed"] = fixed
     if data is not None:
-        document["data"] = str(data) if str(data) in ("digits", "generated") else str(Path(data).resolve())
+        document["data"] = str(data) if str(data) in NAMED_DATA else str(Path(data).resolve())
     return dataclasses.replace(
         study, fixed=fixed, data=Path(document["data"]) if "data" in document else None, document=document
     )

@@ -117,8 +117,8 @@ def _precision(pset: dict[str, Any], device: str) -> tuple[str, bool]:
 
 
 def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None) -> tuple[str, bool] | None:
-    """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last, the
-    pset's own layout if it sets one); None where the GPU has no plan."""
+    """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last), the
+    pset's own channels_last winning where it sets one; None where the GPU has no plan."""
     from gpulab import compat
     from gpulab.validation import precision_plan
 
@@ -132,14 +132,10 @@ def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None)
 def _planned_for_machine(pset: dict[str, Any]) -> tuple[str, bool] | None:
     """`precision: plan` for a `gpulab run` child: the plan of the first GPU this process may use, read through NVML
     (the study's process opens no CUDA context); None without GPUs."""
-    from gpulab.hw import nvml
     from gpulab.studies import cluster
 
-    visible = cluster.visible_gpus()
-    if not visible:
-        return None
-    gpu = next((g for g in nvml.query().gpus if g.index == visible[0][0]), None)
-    return planned(pset, visible[0][2], gpu.compute_capability if gpu else None)
+    visible = cluster.visible_gpu_infos()
+    return planned(pset, visible[0].name, visible[0].compute_capability) if visible else None
 
 
 def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
