@@ -157,7 +157,8 @@ def test_the_one_line_comparison_with_the_published_run():
 
 def _epoch_run(launcher, device, seconds, status="ok"):
     epochs = [{"epoch": i + 1, "seconds": s} for i, s in enumerate(seconds)]
-    return SimpleNamespace(status=status, device=device, values={"launcher": launcher}, epochs=epochs)
+    gpus = int(device.partition("×")[2])
+    return SimpleNamespace(status=status, device=device, values={"launcher": launcher}, epochs=epochs, gpus_used=gpus)
 
 
 def test_a_scaling_baseline_is_set_beside_this_machines_own_ratio_per_epoch():

@@ -89,9 +89,8 @@ def compare_line(study: Any, runs: list[Any]) -> str | None:
 
 
 def _devices(run: Any) -> int:
-    """How many devices a whole-machine run took (its device reads `ddp×2`); a worker's run takes one."""
-    _, times, count = (run.device or "").partition("×")
-    return int(count) if times and count.isdigit() else 1
+    """How many devices a run took: a whole-machine run's `gpulab run` says; a worker's run takes one."""
+    return getattr(run, "gpus_used", None) or 1
 
 
 def _epoch_seconds(run: Any) -> float | None:

@@ -56,6 +56,7 @@ class Run:
     final_metric: float | None = None
     time_to_target_s: float | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    gpus_used: int | None = None  # the devices a whole-machine run took (`gpulab run`'s n); None: a worker's one
 
 
 @dataclass
@@ -120,6 +121,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 final_metric=_num(row.get("final_metric")),
                 time_to_target_s=_num(row.get("time_to_target_s")),
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],
+                gpus_used=int(n) if (n := _num(row.get("gpus_used"))) is not None else None,
             )
         )
     return runs
