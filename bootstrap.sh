@@ -86,7 +86,8 @@ if [ "$action" = test ]; then
   command -v dpkg-query >/dev/null \
     || die "dpkg-query not found: gpulab's tests need a Debian or Ubuntu machine (tests/system-packages.txt)"
   # shellcheck disable=SC2046
-  absent=$(absent_packages $(grep -v '^#' tests/system-packages.txt) | xargs)
+  # Each line: a package, then what the tests use from it; the first word is the package.
+  absent=$(absent_packages $(awk '!/^[[:space:]]*(#|$)/ {print $1}' tests/system-packages.txt) | xargs)
   [ -z "$absent" ] || apt_install $absent
   absent=$(absent_packages $absent | xargs)
   [ -z "$absent" ] || die "apt-get reported success but these packages are still not installed: $absent"

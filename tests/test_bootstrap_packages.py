@@ -18,14 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from guest import prereq
 from playbook import REPO
 
 BOOTSTRAP = REPO / "bootstrap.sh"
-SYSTEM_PACKAGES = [
-    line.strip()
-    for line in (REPO / "tests" / "system-packages.txt").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
-]
+SYSTEM_PACKAGES = list(prereq.system_packages())
 
 # dpkg-query -W [-f FORMAT] PKG...: "ii " for packages in $STATE, dpkg's own message and exit 1 for the others.
 FAKE_DPKG_QUERY = r"""#!/usr/bin/env bash

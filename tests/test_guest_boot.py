@@ -119,8 +119,7 @@ def test_firmware_features_resolve_to_the_intended_ovmf(libvirt_system: Any, sec
 
     from gpulab import vm
 
-    if not Path(code).is_file():
-        prereq.missing(f"needs {code} (apt-get install ovmf)")
+    prereq.require_file(code)
     name = boot.guest_name(f"fw{int(secure_boot)}")
     spec = vm.spec_from_dict(
         {"name": name, "vcpus": 1, "memory_mib": 256, "domain_type": "qemu", "secure_boot": secure_boot}
@@ -158,6 +157,7 @@ def test_ovmf_guest_with_numa_expanders_boots_to_ssh(
 ) -> None:
     """q35 + OVMF (Secure Boot off) + one pxb-pcie per guest NUMA cell, as gpulab plans a VM whose GPUs sit on
     two host nodes, booted under TCG to SSH."""
+    prereq.require_file(f"{OVMF_CODE}.fd")  # libvirt's own words for its absence: "Unable to find any firmware"
     key = ssh.generate_key(tmp_path_factory.mktemp("ovmf-key"))
     name = boot.guest_name("ovmf")
     gpus = "0000:3b:00.0,0000:86:00.0"  # node 0 and node 1 of the fake host

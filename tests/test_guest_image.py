@@ -12,12 +12,23 @@ from guest import image, prereq
 def test_missing_prerequisite_skips_or_fails_under_require_all(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPULAB_REQUIRE_ALL", raising=False)
     monkeypatch.setattr("os.geteuid", lambda: 0)
-    with pytest.raises(pytest.skip.Exception, match=r"needs no-such-tool \(apt-get install no-such-tool\)"):
+    monkeypatch.setattr(prereq, "provided_by", lambda: {"sh": "dash", "no-such-tool": "no-such-package"})
+    with pytest.raises(pytest.skip.Exception, match=r"needs no-such-tool \(apt-get install no-such-package\)"):
         prereq.require_root_tools("sh", "no-such-tool")
     monkeypatch.setenv("GPULAB_REQUIRE_ALL", "1")
     with pytest.raises(pytest.fail.Exception, match="GPULAB_REQUIRE_ALL=1"):
         prereq.require_root_tools("no-such-tool")
     prereq.require_root_tools("sh")  # present: no exception
+
+
+def test_a_tool_missing_from_the_package_table_fails_on_every_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Even where it is installed: a tool the table lacks would pass here and fail on a fresh machine.
+    monkeypatch.delenv("GPULAB_REQUIRE_ALL", raising=False)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    with pytest.raises(pytest.fail.Exception, match=r"the tests look for cat, but no package in .*system-packages"):
+        prereq.require_root_tools("sh", "cat")
+    with pytest.raises(pytest.fail.Exception, match=r"the tests look for /etc/hostname, but no package"):
+        prereq.require_file("/etc/hostname")
 
 
 @pytest.mark.slow

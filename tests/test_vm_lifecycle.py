@@ -183,7 +183,7 @@ def test_ssh_banner_reads_a_real_server_and_rejects_others():
 
 @pytest.fixture
 def keypair(tmp_path):
-    tool = fake.require_tool("ssh-keygen", "openssh-client")
+    tool = fake.require_tool("ssh-keygen")
 
     def make(name: str) -> str:
         key = tmp_path / name
@@ -195,7 +195,7 @@ def keypair(tmp_path):
 
 @pytest.fixture
 def base_image(tmp_path):
-    tool = fake.require_tool("qemu-img", "qemu-utils")
+    tool = fake.require_tool("qemu-img")
     base = tmp_path / "images" / "base.qcow2"
     base.parent.mkdir()
     subprocess.run([tool, "create", "-q", "-f", "qcow2", str(base), "1G"], check=True)
@@ -204,7 +204,7 @@ def base_image(tmp_path):
 
 def _iso_file(iso, name: str, tmp_path) -> str:
     """One file of the seed ISO, extracted with xorriso into the test's own directory."""
-    tool = fake.require_tool("xorriso", "xorriso")
+    tool = fake.require_tool("xorriso")
     target = tmp_path / f"extracted-{name}"
     subprocess.run(
         [tool, "-indev", str(iso), "-osirrox", "on", "-extract", f"/{name}", str(target)],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shutil
 import signal
 import subprocess
 import textwrap
@@ -19,7 +18,7 @@ from gpulab.vm.identity import domain_uuid, mac_address
 from gpulab.vm.nodedev import parse_pci_nodedev
 from gpulab.vm.spec import CloudInitSpec
 from gpulab.vm.sysfs import bars, format_cpulist, parse_cpulist
-from guest.prereq import missing
+from guest import prereq
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVuaXR0ZXN0a2V5 unit@test"
 
@@ -185,9 +184,7 @@ def test_isolated_network_template(tmp_path):
     assert "<range start='10.77.0.2' end='10.77.0.254'/>" in xml
     top = render_network(NetworkSpec("n", ipaddress.IPv4Interface("10.77.0.254/24")))
     assert "<range start='10.77.0.1' end='10.77.0.253'/>" in top
-    tool = shutil.which("virt-xml-validate")
-    if tool is None:
-        missing("needs virt-xml-validate (apt-get install libvirt-clients libxml2-utils)")
+    tool = prereq.require_tool("virt-xml-validate")
     for text in (xml, top):
         path = tmp_path / "network.xml"
         path.write_text(text)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from guest import prereq
 from guest.prereq import missing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "libvirt"
@@ -25,11 +26,8 @@ def require_libvirt() -> None:
         missing(str(err))
 
 
-def require_tool(tool: str, package: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        missing(f"needs {tool} (apt-get install {package})")
-    return str(path)
+def require_tool(tool: str) -> str:
+    return prereq.require_tool(tool)
 
 
 def uri(host: str) -> str:

@@ -17,6 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from guest import prereq
 from provision.files import cache_root
 
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -202,6 +203,8 @@ def _release(repo: Path) -> str:
 def build_mirror(dest: Path, debs: list[Path], distro: str = "debian12", arch: str = "x86_64") -> Mirror:
     """A flat repository at dest/served/<distro>/<arch>/ holding `debs` and cuda-keyring_1.1-1_all.deb, signed
     with a new key (its fingerprint in the result)."""
+    for tool in ("dpkg-deb", "dpkg-scanpackages", "gpg", "gpgconf"):
+        prereq.require_tool(tool)
     home = dest / "gnupg"
     home.mkdir(mode=0o700, parents=True)
     try:
