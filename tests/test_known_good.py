@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,33 @@ def test_rows_carry_their_provenance_and_repeated_runs_their_median():
     assert resnet.measurements == 2 and resnet.value == pytest.approx((4331.1 + 3956.2) / 2, abs=0.1)
     assert resnet.source.startswith("h200x4-standard.json: 4x NVIDIA H200, 2026-11-22, tier standard, driver 580")
     assert ("matmul", "gpu", 1) not in rows  # probes are judged against datasheets, not here
+
+
+def test_one_key_measured_on_two_machines_of_a_model_is_one_row_of_all_their_measurements():
+    h100 = [p for p in REPORTS if p.name.startswith("h100x")]
+    assert len(h100) == 2, h100
+    each = [
+        [
+            r.value
+            for r in load_report(p).results
+            if (r.workload, r.launcher, r.unit) == ("resnet50", "gpu", "samples/s")
+        ]
+        for p in h100
+    ]
+    assert all(each), each  # both machines measured ResNet50 on one GPU
+    rows = [r for r in known_good.build(h100)["rows"] if (r["workload"], r["launcher"]) == ("resnet50", "gpu")]
+    assert len(rows) == 1
+    assert rows[0]["measurements"] == len(each[0]) + len(each[1])
+    assert rows[0]["value"] == pytest.approx(statistics.median(each[0] + each[1]), abs=0.1)
+    assert rows[0]["source"].count("; ") == 1 and "h100x1-standard.json" in rows[0]["source"]
+    assert "h100x2-standard.json: 2x NVIDIA H100" in rows[0]["source"]
+    # The two-GPU machine's scaling rows are known-good rows of their own.
+    ddp = {
+        r["n"]: r["value"]
+        for r in known_good.build(h100)["rows"]
+        if (r["workload"], r["launcher"]) == ("resnet50", "ddp")
+    }
+    assert set(ddp) == {1, 2} and ddp[2] > 1.9 * ddp[1]
 
 
 def _row(report, workload):

@@ -49,10 +49,10 @@ class KnownGood:
     size: str | None
     channels_last: bool | None
     batch: int | None
-    value: float  # the median of the report's measurements
+    value: float  # the median of its measurements, over every report that has them
     unit: str
     measurements: int
-    source: str  # the report it came from: file, host, date, gpulab version, driver
+    source: str  # the reports it came from (file, GPUs, date, tier, driver, torch, OS), joined by "; "
 
     def key(self) -> tuple[Any, ...]:
         return _key(
@@ -104,48 +104,51 @@ def _provenance(report: Report, label: str) -> str:
     )
 
 
-def rows_from_report(report: Report, label: str) -> list[KnownGood]:
-    """The report's workload rows (samples/s) as known-good rows, repeated measurements as their median."""
+def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], tuple[list[Result], str]]:
+    """The report's workload rows (samples/s) grouped by known-good key, with the report's provenance."""
     model = gpu_model(report)
     if model is None:
         raise GpulabError(f"{label}: not one GPU model throughout; known-good rows need a uniform machine")
-    groups: dict[tuple[Any, ...], list[Result]] = {}
+    source = _provenance(report, label)
+    groups: dict[tuple[Any, ...], tuple[list[Result], str]] = {}
     for r in report.results:
         if r.launcher in WORKLOAD_LAUNCHERS and r.unit == "samples/s":
-            groups.setdefault(result_key(model, r), []).append(r)
-    source = _provenance(report, label)
-    rows = []
-    for key, results in groups.items():
-        model_, workload, framework, launcher, n, precision, size, channels_last, batch = key
-        rows.append(
-            KnownGood(
-                model_,
-                workload,
-                framework,
-                launcher,
-                n,
-                precision,
-                size,
-                channels_last,
-                batch,
-                value=round(statistics.median(r.value for r in results), 1),
-                unit=results[0].unit,
-                measurements=len(results),
-                source=source,
-            )
+            groups.setdefault(result_key(model, r), ([], source))[0].append(r)
+    return groups
+
+
+def _rows(groups: dict[tuple[Any, ...], tuple[list[Result], list[str]]]) -> list[KnownGood]:
+    """One row per key: the median of every measurement of it, from every report that has it (their sources joined)."""
+    rows = [
+        KnownGood(
+            *key,
+            value=round(statistics.median(r.value for r in results), 1),
+            unit=results[0].unit,
+            measurements=len(results),
+            source="; ".join(sources),
         )
+        for key, (results, sources) in groups.items()
+    ]
     return sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))
 
 
+def rows_from_report(report: Report, label: str) -> list[KnownGood]:
+    """The report's workload rows (samples/s) as known-good rows, repeated measurements as their median."""
+    return _rows({key: (results, [source]) for key, (results, source) in _measurements(report, label).items()})
+
+
 def build(paths: Sequence[Path]) -> dict[str, Any]:
+    """The table from these reports: a key measured on several machines of one model (a 1-GPU and a 2-GPU H100, say)
+    is one row, the median of all its measurements."""
     from gpulab.report.io import load_report
 
-    rows = [row for path in paths for row in rows_from_report(load_report(path), Path(path).name)]
-    return {
-        "schema": SCHEMA,
-        "bound_pct": BOUND.value,
-        "rows": [asdict(r) for r in sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))],
-    }
+    merged: dict[tuple[Any, ...], tuple[list[Result], list[str]]] = {}
+    for path in paths:
+        for key, (results, source) in _measurements(load_report(path), Path(path).name).items():
+            into = merged.setdefault(key, ([], []))
+            into[0].extend(results)
+            into[1].append(source)
+    return {"schema": SCHEMA, "bound_pct": BOUND.value, "rows": [asdict(r) for r in _rows(merged)]}
 
 
 @cache
