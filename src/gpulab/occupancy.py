@@ -264,9 +264,13 @@ def _int(node: ET.Element | None, path: str) -> int | None:
 
 
 def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
-    used = _int(node, "fb_memory_usage/used")
+    # Pre-2013 drivers: <memory_usage> and <compute_processes> (see gpulab.hw.smi_xml).
+    memory = "fb_memory_usage" if node.find("fb_memory_usage") is not None else "memory_usage"
+    used = _int(node, f"{memory}/used")
     util = _number(node, "utilization/gpu_util")
     listing = node.find("processes")
+    if listing is None:
+        listing = node.find("compute_processes")
     # Drivers that cannot list processes write <processes>N/A</processes>; an empty element lists none.
     listed = listing is not None and (len(listing) > 0 or (listing.text or "").strip() not in _UNKNOWN - {""})
     processes = []
@@ -281,7 +285,7 @@ def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
         index=gpu.index,
         name=gpu.name,
         uuid=gpu.uuid,
-        total_mib=_int(node, "fb_memory_usage/total"),
+        total_mib=_int(node, f"{memory}/total"),
         used_mib=used,
         processes=processes,
         processes_listed=listed,

@@ -111,6 +111,12 @@ class GpuInfo:
     temperature_c: float | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    default_power_limit_w: float | None = None  # the board's default; a limit below it was set by someone
+    min_power_limit_w: float | None = None
+    temp_slowdown_c: float | None = None  # the GPU's own thresholds: clocks slow down / it shuts down
+    temp_shutdown_c: float | None = None
+    pcie_replays: int | None = None  # PCIe replay counter (link-level retransmissions); None = not reported
+    pcie_replay_rollovers: int | None = None  # times that counter wrapped
     nvlinks: list[NvLinkInfo] = field(default_factory=list)
     product_brand: str | None = None  # the driver's brand: "GeForce", "NVIDIA RTX", "Tesla"...
     # The compatibility matrix's name for this GPU (found by PCI id first); None when the matrix does not know it.
