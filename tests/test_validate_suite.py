@@ -14,7 +14,9 @@ from capture_edits import P100_XML, all_na, with_versions, write
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.discover import fingerprint
+from gpulab.report import render
 from gpulab.report.io import load_report
+from gpulab.validation.plugin import EXIT_INCONCLUSIVE
 from gpulab.validation.session import select_gpus, visible_to_cuda
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,12 +168,15 @@ def test_2017_capture_is_judged_on_what_it_holds(tmp_path):
     assert "/usr/local/cuda" not in raw and f'"{socket.gethostname()}"' not in raw
 
 
-def test_all_na_capture_passes_no_health_check(tmp_path):
+def test_all_na_capture_is_inconclusive_not_pass(tmp_path):
     xml = write(tmp_path / "all-na.xml", all_na((FIX / "nvidia-smi-q-x.xml").read_text()))
     proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "-k", "health")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    checks = {c.name: c for c in load_report(reports[0]).checks}
-    assert len(checks) == 4 + 6 * 4  # gpu_count, driver, stack, torch_sees_gpus; six per GPU
+    assert proc.returncode == EXIT_INCONCLUSIVE, proc.stdout + proc.stderr
+    assert "INCONCLUSIVE (exit 6): the checks that define a healthy GPU could not judge anything" in proc.stdout
+    report = load_report(reports[0])
+    assert render.verdict_text(report).startswith("INCONCLUSIVE: the checks that define a healthy GPU")
+    checks = {c.name: c for c in report.checks}
+    assert len(checks) == 4 + 8 * 4  # gpu_count, driver, stack, torch_sees_gpus; eight per GPU
     assert [name for name, c in checks.items() if c.status != "skip"] == []
     assert "which is not the captured host" in checks.pop("health.torch_sees_gpus").message
     assert "with nothing to compare" in checks.pop("health.gpu_count").message

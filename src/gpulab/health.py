@@ -385,14 +385,15 @@ def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[s
             if not compat.cuda_supports_cc(cuda, cc):
                 problems.append(f"{gpu.name}: CUDA {cuda} has no kernels for compute capability {cc}.")
     except GpulabError as err:  # an architecture the matrix does not name is not judged either way
-        return {}, [], f"GPU {_named(gpu)} (not in the compatibility matrix; {err})"
+        return {}, [], f"GPU {gpu.name} (PCI id {gpu.pci_device_id or '?'}; not in the compatibility matrix; {err})"
     if judged:
         return judged, problems, ""
     known = ", ".join(f"{k} {v}" for k, v in (("architecture", arch), ("compute capability", cc)) if v)
     return (
         {},
         [],
-        f"GPU {_named(gpu)} (not in the compatibility matrix; {known or 'architecture and compute capability'} "
+        f"GPU {gpu.name} (PCI id {gpu.pci_device_id or '?'}; not in the compatibility matrix; "
+        f"{known or 'architecture and compute capability'} "
         f"{'known, but nothing reported to judge it against' if known else 'not reported'}: spec-based checks "
         "skipped)",
     )
@@ -516,11 +517,18 @@ def thermal(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
             **ev,
         )
     if slow is None and stop is None:
-        return _skip(name, f"{gpu_label(gpu)}: {temp:g} C, but its slowdown/shutdown thresholds are not reported "
-                     f"by {source}", **ev)
-    limit = slow if slow is not None else stop
-    return _ok(name, f"{gpu_label(gpu)}: {temp:g} C, {limit - temp:g} C below its "
-               f"{'slowdown' if slow is not None else 'shutdown'} threshold {limit:g} C", **ev)
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: {temp:g} C, but its slowdown/shutdown thresholds are not reported by {source}",
+            **ev,
+        )
+    limit = slow if slow is not None else stop or 0.0
+    return _ok(
+        name,
+        f"{gpu_label(gpu)}: {temp:g} C, {limit - temp:g} C below its "
+        f"{'slowdown' if slow is not None else 'shutdown'} threshold {limit:g} C",
+        **ev,
+    )
 
 
 def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:

@@ -343,7 +343,23 @@ def gpus_free(occupancy: Occupancy | None, selected: Sequence[GpuInfo], allow_bu
         for g, look in zip(selected, looks, strict=True)
         if look is None or look.problem
     ]
-    busy = [look for look in looks if look is not None and look.busy]
+    from gpulab.health import vgpu_host
+
+    # On a vGPU hypervisor the processes on a GPU are the VMs it serves: the host's purpose, not foreign work.
+    hosts = {g.index for g in selected if vgpu_host(g)}
+    served = [look for look in looks if look is not None and look.index in hosts and look.processes]
+    if served:
+        evidence["vgpu_host"] = sorted(hosts)
+    busy = [look for look in looks if look is not None and look.busy and look.index not in hosts]
+    if hosts and len(hosts) == len(selected):
+        vms = sum(len(look.processes) for look in served)
+        return Check(
+            CHECK_FREE,
+            "skip",
+            f"{_indices(selected)}: vGPU host GPUs serving {vms} VM process{'es' if vms != 1 else ''} (the host's "
+            "purpose, not foreign work); whole-GPU timing on them would measure the VMs, so it is not done",
+            evidence,
+        )
     if busy and allow_busy:
         evidence["allowed_busy"] = True
         return Check(

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.compat import versions
-from gpulab.compat.data import load_matrix
+from gpulab.compat.data import CudaRelease, load_matrix
 from gpulab.compat.rules import normalize_arch
 
-# (first id, last id, architecture), device ids of vendor 10de, first match wins; from pci.ids chip names (GF1xx Fermi, GK1xx
-# Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx Turing, GA1xx Ampere, GH100 Hopper, AD1xx Ada,
-# GB1xx/GB2xx Blackwell).
+# (first id, last id, architecture), device ids of vendor 10de, first match wins; from pci.ids chip names
+# (GF1xx Fermi, GK1xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx Turing, GA1xx Ampere,
+# GH100 Hopper, AD1xx Ada, GB1xx/GB2xx Blackwell).
 _PCI_RANGES: tuple[tuple[int, int, str], ...] = (
     (0x06C0, 0x06DF, "Fermi"),  # GF100
     (0x0DC0, 0x0DFF, "Fermi"),  # GF106, GF108
@@ -101,18 +101,19 @@ def newest_stack(architecture: str) -> NewestStack:
     branches = [b for b in matrix.drivers if arch in b.architectures]
     last = max(branches, key=lambda b: b.number)
     cc = versions.key(ARCH_CC[arch])
-    cudas = [
-        c
-        for c in matrix.cuda
-        if versions.key(c.cc_min) <= cc
-        and versions.key(c.version) <= versions.key(last.max_cuda)
-        or (
-            versions.key(c.cc_min) <= cc
-            and c.min_driver_compat is not None
-            and versions.key(c.min_driver_compat) <= versions.key(last.recommended)
-            and c.version.split(".")[0] == last.max_cuda.split(".")[0]
-        )
-    ]
+
+    def served(rel: CudaRelease) -> bool:
+        """A CUDA release with kernels for the architecture that the last branch runs, natively or through
+        minor-version compatibility within its major version."""
+        if versions.key(rel.cc_min) > cc:
+            return False
+        if versions.key(rel.version) <= versions.key(last.max_cuda):
+            return True
+        compat = rel.min_driver_compat
+        same_major = rel.version.split(".")[0] == last.max_cuda.split(".")[0]
+        return compat is not None and same_major and versions.key(compat) <= versions.key(last.recommended)
+
+    cudas = [c for c in matrix.cuda if served(c)]
     cuda = max((c.version for c in cudas), key=versions.key, default=_LAST_CUDA_BEFORE_MATRIX.get(arch))
     major, minor = ARCH_CC[arch].split(".")
     torch = None

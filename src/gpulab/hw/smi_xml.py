@@ -332,7 +332,7 @@ def parse_capture_text(text: str, source: str = "<string>") -> SmiCapture:
     # file does not parse). Attached GPUs but no <gpu> section is no capture nvidia-smi writes. More sections
     # than attached is: captures concatenated, or a count taken before a GPU came up; the sections are judged.
     if attached and not gpus:
-        raise GpulabError(f"{source}: says {attached} GPUs attached but holds no <gpu> entry; {_FIX}")
+        raise GpulabError(f"{source}: says {attached} GPUs attached but holds 0 <gpu> entries; {_FIX}")
     for gpu in gpus:
         if not gpu.uuid or not gpu.bus_id:
             raise GpulabError(f"{source}: GPU {gpu.index} has no uuid or PCI bus id; {_FIX}")

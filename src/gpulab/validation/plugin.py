@@ -33,6 +33,9 @@ from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
 
 LAB_KEY = pytest.StashKey[Lab]()
+# The run's exit status when nothing failed but the checks that define a healthy GPU could not judge anything
+# (pytest's own statuses are 0-5): never 0, so a script cannot take "nothing could be read" for a pass.
+EXIT_INCONCLUSIVE = 6
 REPORT_PATH_KEY = pytest.StashKey[Path]()
 
 
@@ -367,6 +370,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
     session.config.stash[REPORT_PATH_KEY] = path
+    from gpulab.report.render import inconclusive_text, verdict
+
+    if verdict(report) == "inconclusive" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = EXIT_INCONCLUSIVE
+        lab.messages.append(f"INCONCLUSIVE (exit {EXIT_INCONCLUSIVE}): {inconclusive_text(report)}")
     rendered: tuple[Path, Path] | None = None
     try:
         rendered = write_rendered(report, path)
