@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from gpulab import health
+from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import Fingerprint
 from gpulab.report import render
@@ -54,6 +55,8 @@ class Expected:
     # gpu_count (no --expect-gpus: nothing to compare with), driver_for_cuda, stack_supports_arch
     host: tuple[str, str, str] = ("skip", "pass", "pass")
     mode: str | None = None  # the virtualisation mode as a fact
+    # GPU index -> (name, matrix name) where a GPU differs from the first
+    name_overrides: dict[int, tuple[str, str | None]] = field(default_factory=dict)
 
 
 def _v(
@@ -157,6 +160,14 @@ EXPECTED = {
         _v("pass", "pass", "pass", "fail", "pass", whole="skip", replays="skip"),
         "fail", fails={"persistence": PERSISTENCE_OFF}, host=("skip", "skip", "fail"),
     ),
+    "p100-driver375-excerpt.xml": Expected(
+        "2017 excerpt, driver 375 (older than every branch in the matrix); no PCI, ECC or throttle blocks",
+        2, "Tesla P100-PCIE-12GB", "Tesla P100-PCIE-12GB", "Pascal", "6.0", "data-centre",
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", replays="skip"),
+        "fail", host=("skip", "skip", "fail"),
+        # The source project renamed its second GPU; an unknown name, so the matrix does not name it.
+        name_overrides={1: ("Tesla P100-PCIE-12GB_2", None)},
+    ),
     "quadro-p400-driver418.xml": Expected(
         "driver 418 (2019) reports no architecture: Pascal by PCI id",
         1, "Quadro P400", None, "Pascal", None, "workstation",
@@ -230,6 +241,11 @@ EXPECTED = {
     ),
 }  # fmt: skip
 
+# Captures nvidia-smi could not have written whole: refused with one line naming the problem and the fix.
+REFUSED = {
+    "unreadable-gpu-no-uuid.xml": "GPU 0 has no uuid or PCI bus id; capture it with `nvidia-smi -q -x > FILE`",
+}
+
 
 def _fp(name: str) -> Fingerprint:
     return fingerprint(smi_xml=CAPTURES / name, probe_frameworks=False)
@@ -255,9 +271,16 @@ def _host(fp: Fingerprint) -> list[Check]:
 
 
 def test_every_capture_has_expectations():
-    assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted(EXPECTED)
+    assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted([*EXPECTED, *REFUSED])
     readme = (CAPTURES / "README.md").read_text()
-    assert all(f"`{name}`" in readme for name in EXPECTED)
+    assert all(f"`{name}`" in readme for name in [*EXPECTED, *REFUSED])
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unreadable_capture_is_refused_with_one_line(name):
+    with pytest.raises(GpulabError) as err:
+        _fp(name)
+    assert REFUSED[name] in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -267,6 +290,9 @@ def test_capture_parses_to_the_right_gpus(name):
     assert len(fp.gpus) == exp.gpus
     assert fp.capture_attached_gpus == exp.attached
     for gpu in fp.gpus:
+        if gpu.index in exp.name_overrides:
+            assert (gpu.name, gpu.matrix_name) == exp.name_overrides[gpu.index]
+            continue
         assert (gpu.name, gpu.matrix_name) == (exp.name, exp.matrix_name)
         assert (gpu.architecture, gpu.compute_capability, gpu.product_class) == (
             exp.architecture,

@@ -143,16 +143,18 @@ def test_2017_capture_is_judged_on_what_it_holds(tmp_path):
     assert f"judged a capture: {xml}" in out
     report = load_report(reports[0])
     status = {c.name: c.status for c in report.checks}
-    # Persistence mode was off on that machine, and memory no listed process explains was in use; nothing else fails.
+    # Persistence mode was off on that machine, memory no listed process explains was in use, and no CUDA or
+    # framework in use today runs on driver R375; nothing else fails.
     assert {n for n, st in status.items() if st in ("fail", "error")} == {
         "occupancy.gpus_free",
         "health.persistence[0]",
         "health.persistence[1]",
+        "health.stack_supports_arch",
     }
     messages = {c.name: c.message for c in report.checks}
     assert status["health.driver_for_cuda"] == "skip"
     assert "the captured driver's CUDA 8.0: CUDA 8.0 is unknown" in messages["health.driver_for_cuda"]
-    assert status["health.stack_supports_arch"] == "skip"
+    assert "the newest stack for this GPU is driver R580" in messages["health.stack_supports_arch"]
     assert status["health.gpu_count"] == "pass" and status["health.pcie_link[1]"] == "pass"
     # This machine's CPU is not the captured host's: no CPU rows, the CPU probes skipped as measuring here.
     assert report.results == []
