@@ -1,6 +1,8 @@
 """The validate/ suite itself, run as users run it: on this (GPU-less) machine and on the captured 4x H200."""
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +23,7 @@ from gpulab.validation.session import select_gpus, visible_to_cuda
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "h200x4-firecracker"
+CAPTURES = ROOT / "tests" / "fixtures" / "captures"
 
 
 def run_validate(tmp_path, *args, timeout=300):
@@ -290,3 +293,19 @@ def test_standard_tier_records_cpu_speedups(tmp_path):
     cpu = {r.n: r for r in report.results if r.workload == "mnist" and r.launcher == "cpu"}
     assert 1 in cpu and len(cpu) == 2 and all(r.value > 0 for r in cpu.values())
     assert [(s.from_, s.to) for s in report.speedups] == [("cpu:1", f"cpu:{max(cpu)}")]
+
+
+def test_summary_counts_a_module_skipped_whole_as_pytest_does(tmp_path, monkeypatch):
+    """`pytest.importorskip` at a module's top is one skip in pytest's summary, and one check in gpulab's."""
+    fake = tmp_path / "no-tf"
+    fake.mkdir()
+    (fake / "tensorflow.py").write_text('raise ModuleNotFoundError("No module named tensorflow")\n')
+    monkeypatch.setenv("PYTHONPATH", f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    xml = CAPTURES / "rtx-2070-x2.xml"
+    proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "-k", "health or tensorflow")
+    out = proc.stdout + proc.stderr
+    pytest_skips = int(re.findall(r"(\d+) skipped", out)[-1])  # pytest's closing summary line
+    assert re.search(rf"\b{pytest_skips} skip\b", out), out
+    checks = {c.name: c for c in load_report(reports[0]).checks}
+    assert checks["tensorflow.module"].status == "skip"
+    assert "TensorFlow is not installed" in checks["tensorflow.module"].message

@@ -330,6 +330,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A test module skipped whole (`pytest.importorskip` at import) is one skip in pytest's summary: it is one
+    check in the report too, so both count the same skips."""
+    if report.skipped:
+        _COLLECTION_SKIPS.append(report)
+
+
+_COLLECTION_SKIPS: list[pytest.CollectReport] = []
+
+
+def _collection_checks() -> list[Check]:
+    out = []
+    for rep in _COLLECTION_SKIPS:
+        module = Path(str(rep.fspath)).stem.removeprefix("test_")
+        reason = str(rep.longrepr[2]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        out.append(Check(name=f"{module}.module", status="skip", message=reason.removeprefix("Skipped: ")))
+    return out
+
+
 def _decides(rep: pytest.TestReport) -> bool:
     """The report that settles a test: its call, or a setup/teardown that failed or skipped it."""
     return rep.when == "call" or (rep.when == "setup" and not rep.passed) or (rep.when == "teardown" and rep.failed)
@@ -367,6 +386,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     program = "pytest" if Path(sys.argv[0]).name in ("__main__.py", "pytest") else Path(sys.argv[0]).name
     command = shlex.join([program, *sys.argv[1:]])
+    known = {c.name for c in lab.report.checks}
+    lab.report.checks += [c for c in _collection_checks() if c.name not in known]
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
     session.config.stash[REPORT_PATH_KEY] = path
