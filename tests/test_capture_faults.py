@@ -129,3 +129,30 @@ def test_obsolete_driver_fails_with_the_newest_stack_for_the_gpu():
     assert "the newest stack for this GPU is driver R470 (470.256.02), CUDA 11.8" in check.message
     fermi = fingerprint(smi_xml=CAPTURES / "tesla-m2090-fermi-driver285.xml", probe_frameworks=False)
     assert "newest stack for this GPU is driver R390 (390.157), CUDA 8.0" in health.stack_supports_gpus(fermi).message
+
+
+def test_link_is_judged_against_what_the_slot_carries(tmp_path):
+    # A real sysfs layout: the GPU's directory sits inside its bridge's, and /sys/bus/pci/devices links to it.
+    from gpulab.hw.discover import upstream_port
+
+    bridge = tmp_path / "sys/devices/pci0000:00/0000:00:01.0"
+    gpu_dir = bridge / "0000:01:00.0"
+    gpu_dir.mkdir(parents=True)
+    (bridge / "max_link_width").write_text("8\n")
+    (bridge / "max_link_speed").write_text("8.0 GT/s PCIe\n")
+    links = tmp_path / "sys/bus/pci/devices"
+    links.mkdir(parents=True)
+    (links / "0000:01:00.0").symlink_to(gpu_dir)
+    assert upstream_port(tmp_path, "0000:01:00.0") == (3, 8)
+    assert upstream_port(tmp_path, "0000:02:00.0") == (None, None)
+    # t4-passthrough.xml: x8 of x16 under load fails; behind an x8 bridge it is all the slot carries.
+    gpu = _gpu((CAPTURES / "t4-passthrough.xml").read_text())
+    assert health.pcie_link(gpu, None, "the capture").status == "fail"
+    gpu.pcie.width_host_max = 8
+    check = health.pcie_link(gpu, None, "the capture")
+    assert check.status == "pass" and "the upstream port carries x8: the slot's limit" in check.message
+
+
+def test_capture_reports_the_hosts_link_generation():
+    gpu = _gpu((CAPTURES / "rtx-a5000-laptop.xml").read_text())
+    assert (gpu.pcie.gen_max, gpu.pcie.gen_host_max) == (4, 4)

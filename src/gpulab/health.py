@@ -423,6 +423,14 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
     narrow = link.width_current is not None and link.width_max is not None and link.width_current < link.width_max
     slow = link.gen_current is not None and link.gen_max is not None and link.gen_current < link.gen_max
     notes = []
+    host_width, host_gen = gpu.pcie.width_host_max, gpu.pcie.gen_host_max
+    if narrow and host_width is not None and (link.width_current or 0) >= host_width:
+        # The slot's bridge carries no more lanes: the card trained to all the slot has.
+        narrow = False
+        notes.append(f"the upstream port carries x{host_width}: the slot's limit, not the card's")
+    if slow and host_gen is not None and (link.gen_current or 0) >= host_gen:
+        slow = False
+        notes.append(f"the upstream port carries gen{host_gen}: the slot's limit, not the card's")
     if narrow and mobile(gpu) and (link.width_current or 0) >= 4:
         # The chip reports what it could drive; a laptop's board routes fewer lanes to it by design.
         narrow = False

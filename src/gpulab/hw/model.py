@@ -23,6 +23,10 @@ class PcieLink:
     gen_max: int | None = None
     width_current: int | None = None
     width_max: int | None = None
+    # What the upstream port (the slot's bridge) can carry: sysfs of the parent bridge when live, the capture's
+    # max_host_link_gen where nvidia-smi reports it; None when unknown.
+    gen_host_max: int | None = None
+    width_host_max: int | None = None
 
     @property
     def at_max(self) -> bool | None:

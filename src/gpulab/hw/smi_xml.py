@@ -261,6 +261,7 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
             gen_max=_int(link, "pcie_gen/max_link_gen"),
             width_current=_int(link, "link_widths/current_link_width"),
             width_max=_int(link, "link_widths/max_link_width"),
+            gen_host_max=_int(link, "pcie_gen/max_host_link_gen"),
         ),
         memory_total_mib=_int(gpu, f"{memory}/total"),
         memory_used_mib=_int(gpu, f"{memory}/used"),
