@@ -14,96 +14,237 @@ import jsonschema
 import pytest
 
 from gpulab import health
+from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import Fingerprint
-from gpulab.report.model import Check
+from gpulab.report import render
+from gpulab.report.model import Check, Report
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 SCHEMA = Path(__file__).parents[1] / "src" / "gpulab" / "report" / "schema.json"
-PER_GPU = ("whole_gpu", "pcie_link", "ecc", "memory_retirement", "persistence", "idle_throttle")
+PER_GPU = (
+    "whole_gpu",
+    "pcie_link",
+    "ecc",
+    "memory_retirement",
+    "persistence",
+    "idle_throttle",
+    "thermal",
+    "pcie_replays",
+)
+HOST = ("gpu_count", "driver_for_cuda", "stack_supports_arch")
 PERSISTENCE_OFF = "persistence off on a data-centre GPU: every job pays the driver's start-up"
+OBSOLETE = "a driver older than every branch the matrix lists: no CUDA or framework in use today runs on it"
 
 
 @dataclass
 class Expected:
+    situation: str  # what the capture shows, in a GPU expert's words (the report's table)
     gpus: int
     name: str  # as the driver reports it
-    matrix_name: str
-    architecture: str
-    cc: str
+    matrix_name: str | None
+    architecture: str | None
+    cc: str | None
     product_class: str
     # Per-GPU check -> status for every GPU; `per_gpu_override` names exceptions as (check, index) -> status.
     verdicts: dict[str, str]
+    verdict: str  # the run's verdict: pass, fail or inconclusive
     fails: dict[str, str] = field(default_factory=dict)  # check -> why the capture really shows it
     per_gpu_override: dict[tuple[str, int], str] = field(default_factory=dict)
     attached: int | None = None
-    count: str = "skip"  # no --expect-gpus: nothing to compare the count with
+    # gpu_count (no --expect-gpus: nothing to compare with), driver_for_cuda, stack_supports_arch
+    host: tuple[str, str, str] = ("skip", "pass", "pass")
+    mode: str | None = None  # the virtualisation mode as a fact
+    # GPU index -> (name, matrix name) where a GPU differs from the first
+    name_overrides: dict[int, tuple[str, str | None]] = field(default_factory=dict)
 
 
-def _v(pcie: str, ecc: str, retire: str, persist: str, idle: str, whole: str = "pass") -> dict[str, str]:
-    return dict(zip(PER_GPU, (whole, pcie, ecc, retire, persist, idle), strict=True))
+def _v(
+    pcie: str,
+    ecc: str,
+    retire: str,
+    persist: str,
+    idle: str,
+    whole: str = "pass",
+    thermal: str = "pass",
+    replays: str = "pass",
+) -> dict[str, str]:
+    return dict(zip(PER_GPU, (whole, pcie, ecc, retire, persist, idle, thermal, replays), strict=True))
 
 
 EXPECTED = {
     "a100-sxm4-mig-i0.xml": Expected(
+        "MIG on, one GPU of a 4-GPU host (-i), persistence off",
         1, "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", "data-centre",
         _v("pass", "pass", "skip", "fail", "skip", whole="skip"),  # MIG: whole-GPU readings skip
-        fails={"persistence": PERSISTENCE_OFF}, attached=4,
+        "fail", fails={"persistence": PERSISTENCE_OFF}, attached=4, mode="MIG",
     ),
     "a10g-passthrough.xml": Expected(
+        "A10G passed through, idle at gen1 x8, persistence off",
         1, "NVIDIA A10G", "NVIDIA A10G", "Ampere", "8.6", "data-centre",
         _v("skip", "pass", "pass", "fail", "pass"),  # gen1 x8 in P8, no load reading: not judged
-        fails={"persistence": PERSISTENCE_OFF},
+        "fail", fails={"persistence": PERSISTENCE_OFF}, mode="passthrough",
     ),
     "gtx-1050.xml": Expected(
+        "notebook GTX 1050 (GP107M) wired x8 by its board",
         1, "NVIDIA GeForce GTX 1050", "NVIDIA GeForce GTX 1050", "Pascal", "6.1", "consumer",
-        _v("fail", "skip", "skip", "pass", "pass"),
-        fails={"pcie_link": "x8 of x16 in P3 at 7 % utilisation: no idle state, so the narrow link is real"},
+        _v("pass", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
     ),
     "gtx-1660-ti-graphics-device.xml": Expected(
+        "driver 418 names the board 'Graphics Device'",
         1, "Graphics Device", "NVIDIA GeForce GTX 1660", "Turing", "7.5", "consumer",
-        _v("skip", "skip", "skip", "skip", "pass"),  # persistence off is usual on a consumer card
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",  # persistence off: usual on GeForce
     ),
     "rtx-3060.xml": Expected(
+        "GeForce idle at gen1",
         1, "NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 3060", "Ampere", "8.6", "consumer",
-        _v("skip", "skip", "skip", "pass", "pass"),
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
     ),
     "rtx-3080.xml": Expected(
+        "GeForce at 65 % utilisation, schema v13",
         1, "NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080", "Ampere", "8.6", "consumer",
-        _v("pass", "skip", "skip", "skip", "pass"),
+        _v("pass", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
     ),
     "rtx-a5000-x2.xml": Expected(
+        "two workstation cards, ECC off as shipped",
         2, "NVIDIA RTX A5000", "NVIDIA RTX A5000", "Ampere", "8.6", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass"),  # ECC off is how workstation cards ship
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",  # ECC off: how they ship
     ),
     "rtx-pro-6000-maxq.xml": Expected(
+        "Blackwell workstation card, no temperature thresholds reported",
         1,
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "Blackwell", "12.0", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass"),
+        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
     ),
     "t4-passthrough.xml": Expected(
+        "T4 at x8 of x16 while busy (P0, a process): a narrow slot",
         1, "Tesla T4", "Tesla T4", "Turing", "7.5", "data-centre",
         _v("fail", "pass", "pass", "fail", "pass"),
+        "fail",
         fails={
             "pcie_link": "x8 of x16 in P0 with a compute process: no idle state, so the narrow link is real",
             "persistence": PERSISTENCE_OFF,
         },
+        mode="passthrough",
     ),
     "v100-pcie-32gb-passthrough.xml": Expected(
+        "V100 passed through, 91 % utilised, persistence off",
         1, "Tesla V100-PCIE-32GB", "Tesla V100-PCIE-32GB", "Volta", "7.0", "data-centre",
-        _v("pass", "pass", "pass", "fail", "pass"),
-        fails={"persistence": PERSISTENCE_OFF},
+        _v("pass", "pass", "pass", "fail", "pass"), "fail", fails={"persistence": PERSISTENCE_OFF},
+        mode="passthrough",
     ),
     "v100s-pcie-x8-busy.xml": Expected(
+        "8 busy V100S, SW power cap under load on two",
         8, "Tesla V100S-PCIE-32GB", "Tesla V100S-PCIE-32GB", "Volta", "7.0", "data-centre",
-        _v("pass", "pass", "pass", "fail", "pass"),
+        _v("pass", "pass", "pass", "fail", "pass"), "fail",
         fails={"persistence": PERSISTENCE_OFF},
         # sw_power_cap at 23 % and 91 % utilisation: a busy GPU, not idle throttling.
         per_gpu_override={("idle_throttle", 3): "skip", ("idle_throttle", 6): "skip"},
+        mode="passthrough",
+    ),
+    # --- schema generations before today's, obsolete hardware and drivers ------------------------------
+    "tesla-m2090-fermi-driver285.xml": Expected(
+        "2013, driver 285, schema v2 (memory_usage in MB, compute_processes), Fermi",
+        2, "Tesla M2090", None, "Fermi", None, "data-centre",
+        # No virtualisation mode, retirement, throttle reasons, temperature or replay counter in schema v2.
+        _v("pass", "pass", "skip", "fail", "skip", whole="skip", thermal="skip", replays="skip"),
+        "fail", fails={"persistence": PERSISTENCE_OFF},
+        per_gpu_override={("pcie_link", 1): "skip"},  # gen1 of gen2 in P12 idle: not judged
+        host=("skip", "skip", "fail"),
+    ),
+    "tesla-k20m-kepler-driver340-busy.xml": Expected(
+        "2014, driver 340, schema v6, Kepler running 8 ANSYS processes",
+        1, "Tesla K20m", None, "Kepler", None, "data-centre",
+        _v("pass", "pass", "pass", "fail", "pass", whole="skip", replays="skip"),
+        "fail", fails={"persistence": PERSISTENCE_OFF}, host=("skip", "skip", "fail"),
+    ),
+    "p100-driver375-excerpt.xml": Expected(
+        "2017 excerpt, driver 375 (older than every branch in the matrix); no PCI, ECC or throttle blocks",
+        2, "Tesla P100-PCIE-12GB", "Tesla P100-PCIE-12GB", "Pascal", "6.0", "data-centre",
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", replays="skip"),
+        "fail", host=("skip", "skip", "fail"),
+        # The source project renamed its second GPU; an unknown name, so the matrix does not name it.
+        name_overrides={1: ("Tesla P100-PCIE-12GB_2", None)},
+    ),
+    "quadro-p400-driver418.xml": Expected(
+        "driver 418 (2019) reports no architecture: Pascal by PCI id",
+        1, "Quadro P400", None, "Pascal", None, "workstation",
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "gtx-1070-ti-trimmed.xml": Expected(
+        "a capture with no driver, no PCI id, no link maxima: nothing defining can be judged",
+        1, "GeForce GTX 1070 Ti", "NVIDIA GeForce GTX 1070 Ti", "Pascal", "6.1", "consumer",
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", thermal="skip", replays="skip"),
+        "inconclusive", host=("skip", "skip", "skip"),
+    ),
+    # --- virtualisation modes ------------------------------------------------------------------------------
+    "tesla-m10-vgpu-host.xml": Expected(
+        "vGPU hypervisor (Host VGPU), 4 Maxwell GPUs each serving 2 VMs; no CUDA on the host",
+        4, "Tesla M10", None, "Maxwell", None, "data-centre",
+        # The board is judged (heat, replays); whole-GPU and idle readings would measure the VMs.
+        _v("skip", "skip", "skip", "pass", "skip", whole="skip"),
+        "pass", host=("skip", "skip", "pass"), mode="vGPU host",
+    ),
+    "grid-p4-1q-vgpu-guest.xml": Expected(
+        "a vGPU guest (GRID P4-1Q slice): the board is the host's to judge",
+        1, "GRID P4-1Q", None, "Pascal", None, "data-centre",
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", thermal="skip", replays="skip"),
+        "pass", mode="vGPU guest",
+    ),
+    "rtx-3080-passthrough-windows.xml": Expected(
+        "GeForce passed through to a Windows guest (driver 536.40)",
+        1, "NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080", "Ampere", "8.6", "consumer",
+        _v("pass", "skip", "skip", "skip", "pass"), "pass", mode="passthrough",
+    ),
+    "rtx-3090-passthrough.xml": Expected(
+        "GeForce passed through, idle at gen1, power limit 200 W",
+        1, "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090", "Ampere", "8.6", "consumer",
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="passthrough",
+    ),
+    # --- links, power, boards ------------------------------------------------------------------------------
+    "rtx-a5000-laptop.xml": Expected(
+        "laptop GPU whose board wires x8 (chip x16), in P0",
+        1, "NVIDIA RTX A5000 Laptop GPU", None, "Ampere", None, "workstation",
+        _v("pass", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-3090-idle-sw-power-cap.xml": Expected(
+        "SW power cap flagged at P8 idle with the default 350 W limit (harmless)",
+        1, "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090", "Ampere", "8.6", "consumer",
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "gt-1030-x4-board.xml": Expected(
+        "GT 1030: an x4 board at gen3 x4 (its maximum)",
+        1, "NVIDIA GeForce GT 1030", None, "Pascal", None, "consumer",
+        _v("pass", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-2070-x2.xml": Expected(
+        "two GeForce RTX 2070 idle at gen1 x8 (link not judgeable idle)",
+        2, "NVIDIA GeForce RTX 2070", None, "Turing", "7.5", "consumer",
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-2080-x2.xml": Expected(
+        "two GeForce RTX 2080 idle at gen1 x8",
+        2, "NVIDIA GeForce RTX 2080", None, "Turing", "7.5", "consumer",
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "quadro-p2000.xml": Expected(
+        "Quadro P2000 idle at gen1 x8",
+        1, "Quadro P2000", None, "Pascal", None, "workstation",
+        _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-4000-sff-ada.xml": Expected(
+        "Ada workstation card, ECC off, 2 processes, thresholds N/A",
+        1, "NVIDIA RTX 4000 SFF Ada Generation", None, "Ada Lovelace", "8.9", "workstation",
+        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
     ),
 }  # fmt: skip
+
+# Captures nvidia-smi could not have written whole: refused with one line naming the problem and the fix.
+REFUSED = {
+    "unreadable-gpu-no-uuid.xml": "GPU 0 has no uuid or PCI bus id; capture it with `nvidia-smi -q -x > FILE`",
+}
 
 
 def _fp(name: str) -> Fingerprint:
@@ -114,19 +255,32 @@ def _per_gpu(fp: Fingerprint) -> dict[tuple[str, int], Check]:
     src = health.reporter(fp)
     out: dict[tuple[str, int], Check] = {}
     for gpu in fp.gpus:
-        out["whole_gpu", gpu.index] = health.whole_gpu(gpu)
+        out["whole_gpu", gpu.index] = health.whole_gpu(gpu, src)
         out["pcie_link", gpu.index] = health.pcie_link(gpu, None, source=src)
         out["ecc", gpu.index] = health.ecc(gpu, source=src)
         out["memory_retirement", gpu.index] = health.memory_retirement(gpu, source=src)
         out["persistence", gpu.index] = health.persistence(gpu, source=src)
         out["idle_throttle", gpu.index] = health.idle_throttle(gpu, source=src)
+        out["thermal", gpu.index] = health.thermal(gpu, source=src)
+        out["pcie_replays", gpu.index] = health.pcie_replays(gpu, source=src)
     return out
 
 
+def _host(fp: Fingerprint) -> list[Check]:
+    return [health.gpu_count(fp, None), health.driver_supports_cuda(fp), health.stack_supports_gpus(fp)]
+
+
 def test_every_capture_has_expectations():
-    assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted(EXPECTED)
+    assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted([*EXPECTED, *REFUSED])
     readme = (CAPTURES / "README.md").read_text()
-    assert all(f"`{name}`" in readme for name in EXPECTED)
+    assert all(f"`{name}`" in readme for name in [*EXPECTED, *REFUSED])
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unreadable_capture_is_refused_with_one_line(name):
+    with pytest.raises(GpulabError) as err:
+        _fp(name)
+    assert REFUSED[name] in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -136,6 +290,9 @@ def test_capture_parses_to_the_right_gpus(name):
     assert len(fp.gpus) == exp.gpus
     assert fp.capture_attached_gpus == exp.attached
     for gpu in fp.gpus:
+        if gpu.index in exp.name_overrides:
+            assert (gpu.name, gpu.matrix_name) == exp.name_overrides[gpu.index]
+            continue
         assert (gpu.name, gpu.matrix_name) == (exp.name, exp.matrix_name)
         assert (gpu.architecture, gpu.compute_capability, gpu.product_class) == (
             exp.architecture,
@@ -155,10 +312,17 @@ def test_capture_verdicts(name):
     assert got == want
     failing = {check for (check, _), status in got.items() if status == "fail"}
     assert failing == set(exp.fails)  # every fail is one the capture really shows
-    # The host-wide checks: the captured driver supports its own CUDA and the GPU's architecture.
-    assert health.gpu_count(fp, None).status == exp.count
-    assert health.driver_supports_cuda(fp).status == "pass"
-    assert health.stack_supports_gpus(fp).status == "pass"
+    assert tuple(c.status for c in _host(fp)) == exp.host
+    assert {health.mode(g) for g in fp.gpus} == {exp.mode}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_capture_run_verdict(name):
+    """The run's verdict over every check, as the report's front page gives it."""
+    fp = _fp(name)
+    report = Report(fingerprint=fp.to_dict(), checks=_host(fp) + list(_per_gpu(fp).values()))
+    assert render.verdict(report) == EXPECTED[name].verdict
+    assert "?" not in render.machine_name(report) and name in render.machine_name(report)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

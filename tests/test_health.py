@@ -146,7 +146,7 @@ def test_all_na_capture_passes_no_check(na_fp, tmp_path):
     assert by_name["health.driver_for_cuda"] == f"driver version not reported by {src}"
     assert "cannot judge architecture support: driver (not reported by" in by_name["health.stack_supports_arch"]
     assert (
-        "GPU unknown (not in the compatibility matrix; architecture and compute capability not reported: "
+        "GPU unknown (PCI id ?; not in the compatibility matrix; architecture and compute capability not reported: "
         "spec-based checks skipped)" in by_name["health.stack_supports_arch"]
     )
     assert by_name["health.torch_sees_gpus"] == f"torch not captured by {src}"
@@ -262,7 +262,9 @@ def test_2017_capture_is_not_judged_by_this_machines_toolkit(tmp_path):
     assert driver.message.startswith("cannot judge driver 375.66: the captured driver's CUDA 8.0: CUDA 8.0 is unknown")
     assert "CUDA toolkits not captured" in driver.message and "13.0" not in driver.message.split("known:")[0]
     stack = health.stack_supports_gpus(fp)
-    assert stack.status == "skip" and "driver 375.66 (driver 375.66 predates the compatibility matrix" in stack.message
+    # No CUDA or framework in use today runs on R375: the newest stack for the P100 is named.
+    assert stack.status == "fail" and "driver 375.66 predates every branch the matrix lists (R384" in stack.message
+    assert "the newest stack for this GPU is driver R580" in stack.message
     # Persistence mode really was off on that machine: a finding from the capture itself.
     assert health.persistence(fp.gpus[0], source=health.reporter(fp)).status == "fail"
 

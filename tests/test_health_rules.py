@@ -93,16 +93,22 @@ def test_power_cap_under_load_is_not_idle_throttling():
     held = _gpu(throttle_reasons=["sw_power_cap"], utilization_gpu_pct=0.0, compute_processes=2)
     assert "busy (2 compute processes)" in health.idle_throttle(held, CAP).message
     idle = _gpu(throttle_reasons=["sw_power_cap"], utilization_gpu_pct=0.0, compute_processes=0)
-    failed = health.idle_throttle(idle, CAP)
-    assert failed.status == "fail" and "power cap reached at idle" in failed.message
+    # Idle: judged by the limit against the board's default, and not judged when either is unknown.
+    assert health.idle_throttle(idle, CAP).status == "skip"
+    lowered = dataclasses.replace(idle, power_limit_w=400.0, default_power_limit_w=700.0)
+    failed = health.idle_throttle(lowered, CAP)
+    assert failed.status == "fail" and "the power limit is 400 W, below the board's default 700 W" in failed.message
+    default = dataclasses.replace(idle, power_limit_w=700.0, default_power_limit_w=700.0)
+    harmless = health.idle_throttle(default, CAP)
+    assert harmless.status == "pass" and "harmless" in harmless.message
 
 
 def test_capture_that_does_not_show_the_gpu_idle_is_not_judged():
     unknown = _gpu(throttle_reasons=["sw_power_cap"])  # no utilisation, no gpu_idle reason
     check = health.idle_throttle(unknown, CAP)
     assert check.status == "skip" and "does not show the GPU idle" in check.message
-    # A live reading is taken idle by its caller, as before.
-    assert health.idle_throttle(unknown).status == "fail"
+    # A live reading is taken idle by its caller, as before: hardware slowdown at idle fails.
+    assert health.idle_throttle(_gpu(throttle_reasons=["hw_slowdown"])).status == "fail"
     # Nothing but benign reasons passes whatever the load.
     assert health.idle_throttle(_gpu(throttle_reasons=[], utilization_gpu_pct=65.0), CAP).status == "pass"
 
@@ -226,6 +232,7 @@ def test_unknown_gpu_without_architecture_skips_spec_checks_with_one_line(tmp_pa
     check = health.stack_supports_gpus(fp)
     assert check.status == "skip"
     assert (
-        "GPU NVIDIA Imaginary X1 (not in the compatibility matrix; architecture and compute capability not "
+        "GPU NVIDIA Imaginary X1 (PCI id 10de:fff0; not in the compatibility matrix; architecture and compute "
+        "capability not "
         "reported: spec-based checks skipped)" in check.message
     )

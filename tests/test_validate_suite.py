@@ -1,6 +1,8 @@
 """The validate/ suite itself, run as users run it: on this (GPU-less) machine and on the captured 4x H200."""
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,11 +16,14 @@ from capture_edits import P100_XML, all_na, with_versions, write
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.discover import fingerprint
+from gpulab.report import render
 from gpulab.report.io import load_report
+from gpulab.validation.plugin import EXIT_INCONCLUSIVE
 from gpulab.validation.session import select_gpus, visible_to_cuda
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "h200x4-firecracker"
+CAPTURES = ROOT / "tests" / "fixtures" / "captures"
 
 
 def run_validate(tmp_path, *args, timeout=300):
@@ -141,16 +146,18 @@ def test_2017_capture_is_judged_on_what_it_holds(tmp_path):
     assert f"judged a capture: {xml}" in out
     report = load_report(reports[0])
     status = {c.name: c.status for c in report.checks}
-    # Persistence mode was off on that machine, and memory no listed process explains was in use; nothing else fails.
+    # Persistence mode was off on that machine, memory no listed process explains was in use, and no CUDA or
+    # framework in use today runs on driver R375; nothing else fails.
     assert {n for n, st in status.items() if st in ("fail", "error")} == {
         "occupancy.gpus_free",
         "health.persistence[0]",
         "health.persistence[1]",
+        "health.stack_supports_arch",
     }
     messages = {c.name: c.message for c in report.checks}
     assert status["health.driver_for_cuda"] == "skip"
     assert "the captured driver's CUDA 8.0: CUDA 8.0 is unknown" in messages["health.driver_for_cuda"]
-    assert status["health.stack_supports_arch"] == "skip"
+    assert "the newest stack for this GPU is driver R580" in messages["health.stack_supports_arch"]
     assert status["health.gpu_count"] == "pass" and status["health.pcie_link[1]"] == "pass"
     # This machine's CPU is not the captured host's: no CPU rows, the CPU probes skipped as measuring here.
     assert report.results == []
@@ -166,12 +173,15 @@ def test_2017_capture_is_judged_on_what_it_holds(tmp_path):
     assert "/usr/local/cuda" not in raw and f'"{socket.gethostname()}"' not in raw
 
 
-def test_all_na_capture_passes_no_health_check(tmp_path):
+def test_all_na_capture_is_inconclusive_not_pass(tmp_path):
     xml = write(tmp_path / "all-na.xml", all_na((FIX / "nvidia-smi-q-x.xml").read_text()))
     proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "-k", "health")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    checks = {c.name: c for c in load_report(reports[0]).checks}
-    assert len(checks) == 4 + 6 * 4  # gpu_count, driver, stack, torch_sees_gpus; six per GPU
+    assert proc.returncode == EXIT_INCONCLUSIVE, proc.stdout + proc.stderr
+    assert "INCONCLUSIVE (exit 6): the checks that define a healthy GPU could not judge anything" in proc.stdout
+    report = load_report(reports[0])
+    assert render.verdict_text(report).startswith("INCONCLUSIVE: the checks that define a healthy GPU")
+    checks = {c.name: c for c in report.checks}
+    assert len(checks) == 4 + 8 * 4  # gpu_count, driver, stack, torch_sees_gpus; eight per GPU
     assert [name for name, c in checks.items() if c.status != "skip"] == []
     assert "which is not the captured host" in checks.pop("health.torch_sees_gpus").message
     assert "with nothing to compare" in checks.pop("health.gpu_count").message
@@ -283,3 +293,19 @@ def test_standard_tier_records_cpu_speedups(tmp_path):
     cpu = {r.n: r for r in report.results if r.workload == "mnist" and r.launcher == "cpu"}
     assert 1 in cpu and len(cpu) == 2 and all(r.value > 0 for r in cpu.values())
     assert [(s.from_, s.to) for s in report.speedups] == [("cpu:1", f"cpu:{max(cpu)}")]
+
+
+def test_summary_counts_a_module_skipped_whole_as_pytest_does(tmp_path, monkeypatch):
+    """`pytest.importorskip` at a module's top is one skip in pytest's summary, and one check in gpulab's."""
+    fake = tmp_path / "no-tf"
+    fake.mkdir()
+    (fake / "tensorflow.py").write_text('raise ModuleNotFoundError("No module named tensorflow")\n')
+    monkeypatch.setenv("PYTHONPATH", f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    xml = CAPTURES / "rtx-2070-x2.xml"
+    proc, reports = run_validate(tmp_path, "--from-xml", str(xml), "-k", "health or tensorflow")
+    out = proc.stdout + proc.stderr
+    pytest_skips = int(re.findall(r"(\d+) skipped", out)[-1])  # pytest's closing summary line
+    assert re.search(rf"\b{pytest_skips} skip\b", out), out
+    checks = {c.name: c for c in load_report(reports[0]).checks}
+    assert checks["tensorflow.module"].status == "skip"
+    assert "TensorFlow is not installed" in checks["tensorflow.module"].message

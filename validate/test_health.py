@@ -57,3 +57,13 @@ def test_persistence_mode(lab, gpu, verdict):
 @pytest.mark.gpu
 def test_no_throttling_at_idle(lab, gpu, verdict):
     verdict(health.idle_throttle(gpu, source=lab.source))
+
+
+@pytest.mark.gpu
+def test_thermal(lab, gpu, verdict):
+    verdict(health.thermal(gpu, source=lab.source))
+
+
+@pytest.mark.gpu
+def test_pcie_replays(lab, gpu, verdict):
+    verdict(health.pcie_replays(gpu, source=lab.source))

@@ -25,6 +25,15 @@ BENIGN_IDLE_REASONS = frozenset({"gpu_idle", "applications_clocks_setting", "dis
 _IDLE_PSTATES = frozenset(f"P{n}" for n in range(8, 16))
 # A vGPU profile's name ends in its frame-buffer size and series: "GRID T4-4Q", "NVIDIA L40S-2Q", "A100-4C".
 _VGPU_PROFILE = re.compile(r"-\d+[ABCQ]$")
+# Laptop parts: named so since Ampere ("... Laptop GPU"); older ones by an "M" model or pci.ids' "Mobile" ids
+# (GP107M: GeForce GTX 1050 / 1050 Ti notebooks report the desktop name).
+_MOBILE_NAME = re.compile(r"Laptop GPU|Mobile|\b\d{3,4}M\b", re.IGNORECASE)
+_MOBILE_PCI_IDS = frozenset({"10de:1c8c", "10de:1c8d", "10de:1c8f", "10de:1c90", "10de:1c91", "10de:1c92"})
+# PCIe replays: the 16-bit hardware counter saturates at 65535 and nvidia-smi then counts rollovers. No vendor
+# bound exists for one reading (DCGM's `dcgmi health -s p` judges a rate over time): gpulab's bound is 1000
+# since the driver loaded, far above the handful a sound link logs and far below a failing riser's thousands.
+REPLAY_BOUND = 1000
+REPLAY_SATURATED = 65535
 
 
 def _ok(name: str, message: str, **evidence: object) -> Check:
@@ -59,6 +68,33 @@ def vgpu_slice(gpu: GpuInfo) -> bool:
     return mode == "VGPU" or (not mode and _VGPU_PROFILE.search(gpu.name) is not None)
 
 
+def vgpu_host(gpu: GpuInfo) -> bool:
+    """The GPU is a vGPU hypervisor's board: VMs share it, their processes are the host's purpose."""
+    return (gpu.virtualization_mode or "").replace(" ", "").upper() in ("HOSTVGPU", "HOSTVSGA")
+
+
+def mode(gpu: GpuInfo) -> str | None:
+    """How this GPU is presented, as a fact: "MIG", "vGPU guest", "vGPU host", "passthrough" or "bare metal";
+    None when the source says nothing of it."""
+    if mig_enabled(gpu):
+        return "MIG"
+    if vgpu_slice(gpu):
+        return "vGPU guest"
+    if vgpu_host(gpu):
+        return "vGPU host"
+    value = (gpu.virtualization_mode or "").replace(" ", "").replace("-", "").upper()
+    if value == "PASSTHROUGH":
+        return "passthrough"
+    if value == "NONE":
+        return "bare metal"
+    return None
+
+
+def mobile(gpu: GpuInfo) -> bool:
+    """A laptop part: its board, not the chip, decides the PCIe lanes (commonly x8, sometimes x4)."""
+    return _MOBILE_NAME.search(gpu.name) is not None or gpu.pci_device_id.lower() in _MOBILE_PCI_IDS
+
+
 def whole_gpu_notice(gpu: GpuInfo) -> str | None:
     """One line saying why whole-GPU probes measure nothing meaningful here (MIG or a vGPU slice); None when
     they do. Probes and reports call it before judging a GPU as a whole."""
@@ -77,6 +113,11 @@ def whole_gpu_notice(gpu: GpuInfo) -> str | None:
             f"{gpu_label(gpu)}: a vGPU slice{licence}: the host owns the physical GPU, so its ECC, memory "
             "retirement and PCIe link are judged on the host, not in this guest"
         )
+    if vgpu_host(gpu):
+        return (
+            f"{gpu_label(gpu)}: a vGPU host's GPU (mode {gpu.virtualization_mode}): VMs share it, so whole-GPU "
+            "probes and idle readings measure their work; its board (ECC, memory, link, heat) is judged here"
+        )
     return None
 
 
@@ -93,7 +134,7 @@ def whole_gpu(gpu: GpuInfo, src: str = LIVE_SOURCE) -> Check:
         return _skip(name, notice, **ev)
     if gpu.mig_enabled is None and gpu.virtualization_mode is None:
         return _skip(name, f"{gpu_label(gpu)}: MIG and virtualization mode not reported by {src}", **ev)
-    return _ok(name, f"{gpu_label(gpu)}: a whole GPU (no MIG, not a vGPU slice)", **ev)
+    return _ok(name, f"{gpu_label(gpu)}: a whole GPU ({mode(gpu) or 'no MIG, not a vGPU slice'})", **ev)
 
 
 def _idle_power_state(gpu: GpuInfo) -> bool:
@@ -247,8 +288,21 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
             components[component] = value
     issues: list[str] = []
     stacks: dict[str, dict[str, str | None]] = {}
+    if _known_version(sw.driver_version) and (oldest := _predates_matrix(sw.driver_version or "")):
+        # A driver older than every branch the matrix lists runs no CUDA or framework build in use today.
+        for gpu in {g.name: g for g in fp.gpus}.values():
+            arch = gpu.architecture
+            newest = f"; the newest stack for this GPU is {_newest(arch)}" if arch else ""
+            stacks[gpu.name] = {"driver": sw.driver_version, "architecture": arch}
+            issues.append(
+                f"{_named(gpu)}: driver {sw.driver_version} predates every branch the matrix lists ({oldest} and "
+                f"later): no CUDA or framework build in use today runs on it{newest}. Fix: install that driver "
+                "branch, or retire the GPU if its stack is too old for the work"
+            )
     unknown_gpus = {g.name: g for g in fp.gpus if _model(g).startswith("?")}
     for gpu in unknown_gpus.values():
+        if issues and gpu.name in stacks:
+            continue
         facts, problems, why = _judge_unknown_gpu(gpu, components)
         if facts:
             stacks[f"{gpu.name} (not in the matrix)"] = facts
@@ -270,7 +324,39 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
     if not stacks:
         return _skip(name, "cannot judge architecture support: " + "; ".join(not_judged), **ev)
     judged = ", ".join(f"{k} {v}" for k, v in components.items())
-    return _ok(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}", **ev)
+    legacy = sorted({g.architecture for g in fp.gpus if g.architecture and not _current_arch(g.architecture)})
+    aged = "".join(f"; {a} is a legacy architecture: the newest stack for it is {_newest(a)}" for a in legacy)
+    return _ok(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}{aged}", **ev)
+
+
+def _predates_matrix(driver: str) -> str | None:
+    """The matrix's oldest branch when `driver` is older than it; None when the matrix covers the driver."""
+    oldest = min(compat.load_matrix().drivers, key=lambda b: b.number)
+    return oldest.branch if int(_version_tuple(driver)[0]) < oldest.number else None
+
+
+def _newest(architecture: str) -> str:
+    from gpulab.compat.legacy import newest_stack
+
+    try:
+        return newest_stack(architecture).text()
+    except GpulabError as err:
+        return f"unknown ({err})"
+
+
+def _current_arch(architecture: str) -> bool:
+    """The newest driver branch still supports the architecture (unknown names count as current)."""
+    from gpulab.compat.legacy import newest_stack
+
+    try:
+        return newest_stack(architecture).current
+    except (GpulabError, KeyError, ValueError):
+        return True
+
+
+def _named(gpu: GpuInfo) -> str:
+    """A GPU as the matrix cannot name it: its reported name, PCI id and architecture."""
+    return f"{gpu.name} (PCI id {gpu.pci_device_id or '?'}, {gpu.architecture or 'architecture unknown'})"
 
 
 def _model(gpu: GpuInfo) -> str:
@@ -291,22 +377,23 @@ def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[s
             judged.update(driver=driver, architecture=arch)
             if not compat.driver_supports_arch(driver, arch):
                 problems.append(
-                    f"{gpu.name}: driver {driver} ({compat.driver_branch(driver)}) does not support {arch}. "
-                    "Fix: install a driver branch that does (`gpulab matrix plan`)"
+                    f"{_named(gpu)}: driver {driver} ({compat.driver_branch(driver)}) does not support {arch}; "
+                    f"the newest stack for this GPU is {_newest(arch)}. Fix: install that driver branch"
                 )
         if cuda and cc:
             judged.update(cuda=cuda, compute_capability=cc)
             if not compat.cuda_supports_cc(cuda, cc):
                 problems.append(f"{gpu.name}: CUDA {cuda} has no kernels for compute capability {cc}.")
     except GpulabError as err:  # an architecture the matrix does not name is not judged either way
-        return {}, [], f"GPU {gpu.name} (not in the compatibility matrix; {err})"
+        return {}, [], f"GPU {gpu.name} (PCI id {gpu.pci_device_id or '?'}; not in the compatibility matrix; {err})"
     if judged:
         return judged, problems, ""
     known = ", ".join(f"{k} {v}" for k, v in (("architecture", arch), ("compute capability", cc)) if v)
     return (
         {},
         [],
-        f"GPU {gpu.name} (not in the compatibility matrix; {known or 'architecture and compute capability'} "
+        f"GPU {gpu.name} (PCI id {gpu.pci_device_id or '?'}; not in the compatibility matrix; "
+        f"{known or 'architecture and compute capability'} "
         f"{'known, but nothing reported to judge it against' if known else 'not reported'}: spec-based checks "
         "skipped)",
     )
@@ -335,6 +422,19 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
         )
     narrow = link.width_current is not None and link.width_max is not None and link.width_current < link.width_max
     slow = link.gen_current is not None and link.gen_max is not None and link.gen_current < link.gen_max
+    notes = []
+    host_width, host_gen = gpu.pcie.width_host_max, gpu.pcie.gen_host_max
+    if narrow and host_width is not None and (link.width_current or 0) >= host_width:
+        # The slot's bridge carries no more lanes: the card trained to all the slot has.
+        narrow = False
+        notes.append(f"the upstream port carries x{host_width}: the slot's limit, not the card's")
+    if slow and host_gen is not None and (link.gen_current or 0) >= host_gen:
+        slow = False
+        notes.append(f"the upstream port carries gen{host_gen}: the slot's limit, not the card's")
+    if narrow and mobile(gpu) and (link.width_current or 0) >= 4:
+        # The chip reports what it could drive; a laptop's board routes fewer lanes to it by design.
+        narrow = False
+        notes.append(f"a laptop GPU: its board wires x{link.width_current} (the chip could drive x{link.width_max})")
     if narrow and loaded is None and _idle_power_state(gpu):
         # In a deep idle state the link may be trained down in width as well as speed; only a reading under
         # load tells a power-saving link from a narrow slot, and a capture holds none.
@@ -345,7 +445,13 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
             **ev,
         )
     causes = []
-    if narrow:
+    if narrow and link.width_current == 1:
+        causes.append(
+            f"width x1 of x{link.width_max}: the card sits on an x1 riser (the USB-cable kind mining rigs use) or "
+            f"in an x1 slot, so host transfers get 1/{link.width_max} of the lanes; seat it in a full-width slot "
+            "or on a full-width riser"
+        )
+    elif narrow:
         causes.append(
             f"width x{link.width_current} of x{link.width_max}: the card sits in a narrower slot, a riser or "
             "bifurcation splits the lanes, or the slot is shared; move it to a full x16 slot"
@@ -366,7 +472,71 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
         )
     if link.at_max is None:
         return _skip(name, f"{gpu_label(gpu)}: PCIe link not reported by {source} ({link})", **ev)
-    return _ok(name, f"{gpu_label(gpu)}: PCIe {link}", **ev)
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return _ok(name, f"{gpu_label(gpu)}: PCIe {link}{note}", **ev)
+
+
+def pcie_replays(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
+    """The PCIe replay counter (link-level retransmissions after a bad packet): a sound link has a handful."""
+    name = f"health.pcie_replays[{gpu.index}]"
+    count, rolled = gpu.pcie_replays, gpu.pcie_replay_rollovers
+    ev = {"replays": count, "rollovers": rolled, "bound": REPLAY_BOUND, "bound_source": "gpulab (see health.py)"}
+    if vgpu_slice(gpu):
+        return _skip(name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's PCIe counters: judge on the host")
+    if count is None:
+        return _skip(name, f"{gpu_label(gpu)}: PCIe replay counter not reported by {source}", **ev)
+    if (rolled or 0) > 0 or count >= REPLAY_SATURATED or count > REPLAY_BOUND:
+        wrapped = f", rolled over {rolled} times" if rolled else (" (saturated)" if count >= REPLAY_SATURATED else "")
+        return _fail(
+            name,
+            f"{gpu_label(gpu)}: {count} PCIe replays since the driver loaded{wrapped}, above gpulab's bound of "
+            f"{REPLAY_BOUND}: the link retransmits bad packets (a riser or extender cable, a dirty or loose slot, "
+            "a marginal retimer, or a gen setting above what the path carries); reseat the card, drop the riser, "
+            "or set the slot's PCIe generation one lower in the BIOS",
+            **ev,
+        )
+    return _ok(name, f"{gpu_label(gpu)}: {count} PCIe replays (bound {REPLAY_BOUND})", **ev)
+
+
+def thermal(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
+    """The temperature against the GPU's own slowdown and shutdown thresholds (from the capture or NVML)."""
+    name = f"health.thermal[{gpu.index}]"
+    temp, slow, stop = gpu.temperature_c, gpu.temp_slowdown_c, gpu.temp_shutdown_c
+    ev = {"temperature_c": temp, "slowdown_c": slow, "shutdown_c": stop}
+    if vgpu_slice(gpu):
+        return _skip(name, f"{gpu_label(gpu)}: a vGPU guest reads no board temperature: judge it on the host", **ev)
+    if temp is None:
+        return _skip(name, f"{gpu_label(gpu)}: temperature not reported by {source}", **ev)
+    # Some boards report thresholds relative to the limit (-5 C): only an absolute threshold above 0 is one.
+    slow = slow if slow is not None and slow > 0 else None
+    stop = stop if stop is not None and stop > 0 else None
+    if stop is not None and temp >= stop:
+        return _fail(
+            name,
+            f"{gpu_label(gpu)}: {temp:g} C, at or above its shutdown threshold {stop:g} C: the GPU is about to "
+            "switch itself off; stop its work and fix the cooling (fans, airflow, inlet temperature, heatsink paste)",
+            **ev,
+        )
+    if slow is not None and temp >= slow:
+        return _fail(
+            name,
+            f"{gpu_label(gpu)}: {temp:g} C, at or above its slowdown threshold {slow:g} C: clocks are cut to cool "
+            "it; fix the cooling (fans, airflow, inlet temperature, blocked slots beside it)",
+            **ev,
+        )
+    if slow is None and stop is None:
+        return _skip(
+            name,
+            f"{gpu_label(gpu)}: {temp:g} C, but its slowdown/shutdown thresholds are not reported by {source}",
+            **ev,
+        )
+    limit = slow if slow is not None else stop or 0.0
+    return _ok(
+        name,
+        f"{gpu_label(gpu)}: {temp:g} C, {limit - temp:g} C below its "
+        f"{'slowdown' if slow is not None else 'shutdown'} threshold {limit:g} C",
+        **ev,
+    )
 
 
 def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
@@ -502,12 +672,38 @@ def idle_throttle(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
         return _skip(
             name, f"{gpu_label(gpu)}: utilisation not reported by {source}, so it does not show the GPU idle", **ev
         )
+    notes: list[str] = []
+    if "sw_power_cap" in bad:
+        limit, default = gpu.power_limit_w, gpu.default_power_limit_w
+        ev.update(power_limit_w=limit, default_power_limit_w=default, min_power_limit_w=gpu.min_power_limit_w)
+        if limit is not None and default is not None and limit < default - 0.5:
+            return _fail(
+                name,
+                f"{gpu_label(gpu)}: the power limit is {limit:g} W, below the board's default {default:g} W, and "
+                f"the power cap holds its clocks at idle: someone lowered it (`nvidia-smi -i {gpu.index} -pl "
+                f"{default:g}` restores it; check the node's provisioning and power-capping daemons)",
+                **ev,
+            )
+        if limit is not None and default is not None:
+            # Drivers flag the SW power cap at P8 idle with the default limit: a flag, not a cap on work.
+            bad.remove("sw_power_cap")
+            notes.append(f"SW power cap flagged at idle with the default limit {default:g} W: harmless")
+        if not bad:
+            return _ok(name, f"{gpu_label(gpu)}: no clock throttling at idle ({'; '.join(notes)})", **ev)
+        if bad == ["sw_power_cap"]:
+            return _skip(
+                name,
+                f"{gpu_label(gpu)}: SW power cap flagged at idle, but the power limit and the board's default are "
+                f"not both reported by {source}, so the limit cannot be judged (`nvidia-smi -q -d POWER` shows both)",
+                **ev,
+            )
     fixes = {
         "hw_slowdown": "HW slowdown (power brake or over-temperature signal from the board): check PSU and cooling",
         "hw_thermal_slowdown": "HW thermal slowdown: check airflow, fans and the inlet temperature",
         "sw_thermal_slowdown": "SW thermal slowdown: the GPU is too hot even at idle; check cooling",
         "hw_power_brake_slowdown": "power brake asserted by the system: check PSU redundancy and the BMC logs",
-        "sw_power_cap": "power cap reached at idle: the power limit is set far too low (`nvidia-smi -q -d POWER`)",
+        "sw_power_cap": "SW power cap at idle, and the default power limit is not reported to judge the limit "
+        "against (`nvidia-smi -q -d POWER` shows both)",
         "sync_boost": "sync boost ties this GPU's clocks to another's: disable unless intended",
     }
     return _fail(

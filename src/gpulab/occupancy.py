@@ -264,9 +264,13 @@ def _int(node: ET.Element | None, path: str) -> int | None:
 
 
 def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
-    used = _int(node, "fb_memory_usage/used")
+    # Pre-2013 drivers: <memory_usage> and <compute_processes> (see gpulab.hw.smi_xml).
+    memory = "fb_memory_usage" if node.find("fb_memory_usage") is not None else "memory_usage"
+    used = _int(node, f"{memory}/used")
     util = _number(node, "utilization/gpu_util")
     listing = node.find("processes")
+    if listing is None:
+        listing = node.find("compute_processes")
     # Drivers that cannot list processes write <processes>N/A</processes>; an empty element lists none.
     listed = listing is not None and (len(listing) > 0 or (listing.text or "").strip() not in _UNKNOWN - {""})
     processes = []
@@ -281,7 +285,7 @@ def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
         index=gpu.index,
         name=gpu.name,
         uuid=gpu.uuid,
-        total_mib=_int(node, "fb_memory_usage/total"),
+        total_mib=_int(node, f"{memory}/total"),
         used_mib=used,
         processes=processes,
         processes_listed=listed,
@@ -339,7 +343,23 @@ def gpus_free(occupancy: Occupancy | None, selected: Sequence[GpuInfo], allow_bu
         for g, look in zip(selected, looks, strict=True)
         if look is None or look.problem
     ]
-    busy = [look for look in looks if look is not None and look.busy]
+    from gpulab.health import vgpu_host
+
+    # On a vGPU hypervisor the processes on a GPU are the VMs it serves: the host's purpose, not foreign work.
+    hosts = {g.index for g in selected if vgpu_host(g)}
+    served = [look for look in looks if look is not None and look.index in hosts and look.processes]
+    if served:
+        evidence["vgpu_host"] = sorted(hosts)
+    busy = [look for look in looks if look is not None and look.busy and look.index not in hosts]
+    if hosts and len(hosts) == len(selected):
+        vms = sum(len(look.processes) for look in served)
+        return Check(
+            CHECK_FREE,
+            "skip",
+            f"{_indices(selected)}: vGPU host GPUs serving {vms} VM process{'es' if vms != 1 else ''} (the host's "
+            "purpose, not foreign work); whole-GPU timing on them would measure the VMs, so it is not done",
+            evidence,
+        )
     if busy and allow_busy:
         evidence["allowed_busy"] = True
         return Check(

@@ -35,9 +35,24 @@ def _describe(gpu: GpuInfo) -> None:
         gpu.architecture = gpu.architecture or spec.architecture
         gpu.product_class = spec.product_class
     else:
+        from gpulab.compat.legacy import architecture_for_pci_id
+
         gpu.product_class = matrix.product_class(gpu.name, gpu.product_brand)
+        # Drivers before R450 report no architecture: the PCI id's chip family names it.
+        gpu.architecture = gpu.architecture or architecture_for_pci_id(gpu.pci_device_id)
     if gpu.compute_capability is None:
         gpu.compute_capability = _CC_BY_ARCH.get(gpu.architecture or "")
+
+
+def _same_device(root: Path, gpu: GpuInfo) -> bool:
+    """This machine's PCI function at the GPU's address is that NVIDIA device."""
+    dev = root / "sys/bus/pci/devices" / gpu.bus_id
+    try:
+        vendor = (dev / "vendor").read_text().strip().lower()
+        device = (dev / "device").read_text().strip().lower()
+    except OSError:
+        return False
+    return f"{vendor[2:]}:{device[2:]}" == gpu.pci_device_id
 
 
 def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
@@ -54,11 +69,32 @@ def _sysfs_numa(root: Path, gpu: GpuInfo) -> int | None:
     return node if node >= 0 else None
 
 
+# sysfs max_link_speed ("16.0 GT/s PCIe") -> PCIe generation.
+_GEN_BY_GTS = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
+
+
+def upstream_port(root: Path, bus_id: str) -> tuple[int | None, int | None]:
+    """(max generation, max width) of the bridge port above a PCI function: what its slot can carry. The
+    device's sysfs directory sits inside its parent bridge's; (None, None) where there is none (a VM's root
+    bus) or it cannot be read."""
+    try:
+        parent = (root / "sys/bus/pci/devices" / bus_id).resolve().parent
+        width = int((parent / "max_link_width").read_text().strip())
+        speed = (parent / "max_link_speed").read_text().split()[0]
+    except (OSError, ValueError, IndexError):
+        return None, None
+    return _GEN_BY_GTS.get(speed), width if width > 0 else None
+
+
 def _fill(gpus: list[GpuInfo], root: Path, topo: Topology | None, *, captured: bool) -> None:
     for gpu in gpus:
         _describe(gpu)
         # A captured GPU's bus address may hold the same model here: this machine's sysfs says nothing about it.
         gpu.numa_node = None if captured else _sysfs_numa(root, gpu)
+        if not captured and _same_device(root, gpu):
+            gen, width = upstream_port(root, gpu.bus_id)
+            gpu.pcie.gen_host_max = gpu.pcie.gen_host_max or gen
+            gpu.pcie.width_host_max = width
         if gpu.numa_node is None and topo is not None and gpu.index < len(topo.affinity):
             # The kernel gives -1 in VMs without a NUMA description; nvidia-smi's affinity still names a node.
             numa = topo.affinity[gpu.index].numa

@@ -23,6 +23,10 @@ class PcieLink:
     gen_max: int | None = None
     width_current: int | None = None
     width_max: int | None = None
+    # What the upstream port (the slot's bridge) can carry: sysfs of the parent bridge when live, the capture's
+    # max_host_link_gen where nvidia-smi reports it; None when unknown.
+    gen_host_max: int | None = None
+    width_host_max: int | None = None
 
     @property
     def at_max(self) -> bool | None:
@@ -111,6 +115,12 @@ class GpuInfo:
     temperature_c: float | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    default_power_limit_w: float | None = None  # the board's default; a limit below it was set by someone
+    min_power_limit_w: float | None = None
+    temp_slowdown_c: float | None = None  # the GPU's own thresholds: clocks slow down / it shuts down
+    temp_shutdown_c: float | None = None
+    pcie_replays: int | None = None  # PCIe replay counter (link-level retransmissions); None = not reported
+    pcie_replay_rollovers: int | None = None  # times that counter wrapped
     nvlinks: list[NvLinkInfo] = field(default_factory=list)
     product_brand: str | None = None  # the driver's brand: "GeForce", "NVIDIA RTX", "Tesla"...
     # The compatibility matrix's name for this GPU (found by PCI id first); None when the matrix does not know it.

@@ -267,6 +267,14 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
     persistence = _call(nv, "nvmlDeviceGetPersistenceMode", handle)
     virt = _call(nv, "nvmlDeviceGetVirtualizationMode", handle)
     temp = _call(nv, "nvmlDeviceGetTemperature", handle, _const(nv, "NVML_TEMPERATURE_GPU", 0))
+    slowdown = _call(
+        nv, "nvmlDeviceGetTemperatureThreshold", handle, _const(nv, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)
+    )
+    shutdown = _call(
+        nv, "nvmlDeviceGetTemperatureThreshold", handle, _const(nv, "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0)
+    )
+    default_limit = _call(nv, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
+    limits = _call(nv, "nvmlDeviceGetPowerManagementLimitConstraints", handle)
     reasons = _first(
         nv, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), handle
     )
@@ -321,6 +329,11 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         temperature_c=float(temp) if temp is not None else None,
         power_draw_w=power / 1000 if power is not None else None,
         power_limit_w=limit / 1000 if limit is not None else None,
+        default_power_limit_w=default_limit / 1000 if default_limit is not None else None,
+        min_power_limit_w=limits[0] / 1000 if limits else None,
+        temp_slowdown_c=float(slowdown) if slowdown is not None else None,
+        temp_shutdown_c=float(shutdown) if shutdown is not None else None,
+        pcie_replays=_call(nv, "nvmlDeviceGetPcieReplayCounter", handle),
         nvlinks=links,
         product_brand=_BRAND.get(brand) if isinstance(brand, int) else None,
         utilization_gpu_pct=float(util.gpu) if getattr(util, "gpu", None) is not None else None,

@@ -206,6 +206,8 @@ def _compute_processes(gpu: ET.Element) -> int | None:
     capture has no <processes> block or says N/A (MIG, vGPU)."""
     node = gpu.find("processes")
     if node is None:
+        node = gpu.find("compute_processes")  # drivers before ~R384 list only compute processes, untyped
+    if node is None:
         return None
     found = node.findall("process_info")
     if found:
@@ -239,6 +241,8 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         draw = _num(power, "power_draw")
     if draw is None:
         draw = _num(power, "average_power_draw")
+    # Drivers before ~R304 wrote <memory_usage> in "MB" (mebibytes, as nvidia-smi counted them then).
+    memory = "fb_memory_usage" if gpu.find("fb_memory_usage") is not None else "memory_usage"
     limit = _num(power, "current_power_limit")
     if limit is None:
         limit = _num(power, "enforced_power_limit")
@@ -257,9 +261,10 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
             gen_max=_int(link, "pcie_gen/max_link_gen"),
             width_current=_int(link, "link_widths/current_link_width"),
             width_max=_int(link, "link_widths/max_link_width"),
+            gen_host_max=_int(link, "pcie_gen/max_host_link_gen"),
         ),
-        memory_total_mib=_int(gpu, "fb_memory_usage/total"),
-        memory_used_mib=_int(gpu, "fb_memory_usage/used"),
+        memory_total_mib=_int(gpu, f"{memory}/total"),
+        memory_used_mib=_int(gpu, f"{memory}/used"),
         ecc_enabled=_flag(gpu, "ecc_mode/current_ecc"),
         ecc_errors=_ecc(gpu),
         retirement=_retirement(gpu),
@@ -275,6 +280,12 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         temperature_c=_num(gpu, "temperature/gpu_temp"),
         power_draw_w=draw,
         power_limit_w=limit,
+        default_power_limit_w=_num(power, "default_power_limit"),
+        min_power_limit_w=_num(power, "min_power_limit"),
+        temp_slowdown_c=_num(gpu, "temperature/gpu_temp_slow_threshold"),
+        temp_shutdown_c=_num(gpu, "temperature/gpu_temp_max_threshold"),
+        pcie_replays=_int(pci, "replay_counter"),
+        pcie_replay_rollovers=_int(pci, "replay_rollover_counter"),
         product_brand=_text(gpu, "product_brand"),
         utilization_gpu_pct=_num(gpu, "utilization/gpu_util"),
         compute_processes=_compute_processes(gpu),
@@ -282,6 +293,20 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         mig_devices=_mig_devices(gpu),
         vgpu_licensed_product=_text(gpu, "vgpu_software_licensed_product/licensed_product_name"),
     )
+
+
+# No GPU reports these: a GPU shuts itself down near 100 C, and utilisation is a share of time.
+MAX_PLAUSIBLE_TEMP_C = 150.0
+MAX_UTILISATION_PCT = 100.0
+
+
+def _impossible(gpu: GpuInfo) -> str | None:
+    """The first value no working GPU reports, as words; None when every value is plausible."""
+    if gpu.temperature_c is not None and not -40 <= gpu.temperature_c <= MAX_PLAUSIBLE_TEMP_C:
+        return f"a temperature of {gpu.temperature_c:g} C (above {MAX_PLAUSIBLE_TEMP_C:g} C)"
+    if gpu.utilization_gpu_pct is not None and gpu.utilization_gpu_pct > MAX_UTILISATION_PCT:
+        return f"{gpu.utilization_gpu_pct:g} % utilisation (above 100 %)"
+    return None
 
 
 @dataclass
@@ -305,13 +330,21 @@ def parse_capture_text(text: str, source: str = "<string>") -> SmiCapture:
     gpus = [_gpu(i, node) for i, node in enumerate(root.findall("gpu"))]
     attached = _int(root, "attached_gpus")
     # `-i N` keeps the host's count beside the GPUs it was asked for, and the file still closes properly (a cut
-    # file does not parse). More <gpu> sections than attached, or none at all, is no capture nvidia-smi writes.
-    if attached is not None and (len(gpus) > attached or (attached and not gpus)):
-        raise GpulabError(f"{source}: says {attached} GPUs attached but holds {len(gpus)} <gpu> entries (cut?); {_FIX}")
+    # file does not parse). Attached GPUs but no <gpu> section is no capture nvidia-smi writes. More sections
+    # than attached is: captures concatenated, or a count taken before a GPU came up; the sections are judged.
+    if attached and not gpus:
+        raise GpulabError(f"{source}: says {attached} GPUs attached but holds 0 <gpu> entries; {_FIX}")
     for gpu in gpus:
         if not gpu.uuid or not gpu.bus_id:
             raise GpulabError(f"{source}: GPU {gpu.index} has no uuid or PCI bus id; {_FIX}")
-    partial = attached if attached is not None and attached != len(gpus) else None
+        corrupt = _impossible(gpu)
+        if corrupt:
+            raise GpulabError(
+                f"{source}: GPU {gpu.index} reports {corrupt}, which no GPU reports: a corrupt capture; "
+                f"capture it again with `nvidia-smi -q -x > FILE`, and if the value recurs, the GPU's sensors or "
+                "driver are faulty (`dmesg | grep -i nvrm`)"
+            )
+    partial = attached if attached is not None and attached > len(gpus) else None
     return SmiCapture(_text(root, "driver_version"), _text(root, "cuda_version"), gpus, partial)
 
 

@@ -226,8 +226,21 @@ def scaling_row(s: Scaling) -> tuple[str, ...]:
 
 
 def _title(report: Report) -> str:
-    host = (report.fingerprint.get("host") or {}).get("hostname", "?")
-    return f"gpulab report — {host}"
+    return f"gpulab report — {machine_name(report)}"
+
+
+def machine_name(report: Report) -> str:
+    """The host's name; for a capture (no host facts), the capture file and its GPUs."""
+    fp = report.fingerprint
+    host = (fp.get("host") or {}).get("hostname")
+    if host:
+        return str(host)
+    names = Counter(str(g.get("name", "?")) for g in fp.get("gpus") or [])
+    gpus = ", ".join(f"{n} × {name}" for name, n in names.items()) or "no GPU"
+    source = str(fp.get("gpu_source") or "")
+    if source.startswith("nvidia-smi-xml:"):
+        return f"capture {Path(source.removeprefix('nvidia-smi-xml:')).name} ({gpus})"
+    return gpus
 
 
 def _overview(report: Report) -> list[tuple[str, str]]:
@@ -266,7 +279,49 @@ def _failures(report: Report) -> list[Check]:
 
 # --- front page: the verdict, what failed and why, the key figures -----------------------------------
 
-VERDICT_WORDS = {"pass": "PASS", "fail": "FAIL", "interrupted": "INTERRUPTED", "empty": "NO CHECKS"}
+VERDICT_WORDS = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "interrupted": "INTERRUPTED",
+    "empty": "NO CHECKS",
+    "inconclusive": "INCONCLUSIVE",
+}
+# The checks that define a healthy GPU: its count, driver, memory, ECC (or its absence by product class) and link.
+# A run where none of them could judge anything (all skipped) proves nothing about the GPUs.
+DEFINING_CHECKS = (
+    "health.gpu_count",
+    "health.driver_for_cuda",
+    "health.stack_supports_arch",
+    "health.ecc",
+    "health.memory_retirement",
+    "health.pcie_link",
+)
+
+
+def _defining(report: Report) -> list[Check]:
+    return [c for c in report.checks if c.name.split("[")[0] in DEFINING_CHECKS]
+
+
+def unjudged(report: Report) -> list[Check]:
+    """The defining checks when every one of them skipped (nothing read to judge by); [] when any judged."""
+    defining = _defining(report)
+    if not defining or any(c.status != "skip" for c in defining):
+        return []
+    return defining
+
+
+def inconclusive_text(report: Report) -> str:
+    """One line naming what could not be read."""
+    skipped = unjudged(report)
+    names = ", ".join(c.name for c in skipped)
+    unread = [c.message for c in skipped if "not reported" in c.message] or [c.message for c in skipped]
+    first = unread[0] if unread else ""
+    return (
+        f"the checks that define a healthy GPU could not judge anything ({names}): e.g. {first}; "
+        "capture again with `nvidia-smi -q -x` on a current driver, or run `pytest validate/` on the host"
+    )
+
+
 EVIDENCE_CHARS = 400
 
 
@@ -276,6 +331,8 @@ def verdict(report: Report) -> str:
         return "fail"
     if report.interrupted:
         return "interrupted"
+    if unjudged(report):
+        return "inconclusive"
     return "pass" if report.checks else "empty"
 
 
@@ -287,6 +344,8 @@ def verdict_text(report: Report) -> str:
     counts = status_counts(report.checks)
     bad = counts["fail"] + counts["error"]
     lead = f"{bad} of {len(report.checks)} checks failed" if bad else f"{counts['pass']} checks passed"
+    if verdict(report) == "inconclusive":
+        lead = inconclusive_text(report)
     text = f"{word}: {lead} ({_counts_text(report.checks)})"
     if report.interrupted and bad:  # both matter: the failures and that more checks never ran
         text += "; the run was interrupted"
@@ -297,8 +356,7 @@ def run_text(report: Report) -> str:
     """One line naming the machine and the run: host · GPUs · tier · when · how long."""
     names = Counter(str(g.get("name", "?")) for g in report.fingerprint.get("gpus") or [])
     gpus = ", ".join(f"{n} × {name}" for name, n in names.items()) or "no GPU"
-    host = (report.fingerprint.get("host") or {}).get("hostname") or "?"
-    parts = [str(host), gpus, f"tier {report.tier}", report.created]
+    parts = [machine_name(report), gpus, f"tier {report.tier}", report.created]
     if report.duration_s is not None:
         parts.append(f"{report.duration_s:.0f} s")
     return " · ".join(parts)
@@ -887,7 +945,7 @@ nav.toc a{white-space:nowrap}
 .verdict{font-size:1.2rem;padding:.6rem 1rem;border-left:.5rem solid;margin:.5rem 0}
 .verdict .word{font-weight:700;margin-right:.6rem}
 .v-pass{border-color:#2e7d32;background:#edf7ee}.v-fail{border-color:#c62828;background:#fdecea}
-.v-interrupted,.v-empty{border-color:#e0a800;background:#fff8e1}
+.v-interrupted,.v-empty,.v-inconclusive{border-color:#e0a800;background:#fff8e1}
 .run{color:#555;margin:.2rem 0 .8rem}
 .failure{border:1px solid #f1c4c4;border-left:.3rem solid #c62828;padding:.4rem .8rem;margin:.6rem 0}
 .failure p{margin:.3rem 0}

@@ -33,6 +33,9 @@ from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
 
 LAB_KEY = pytest.StashKey[Lab]()
+# The run's exit status when nothing failed but the checks that define a healthy GPU could not judge anything
+# (pytest's own statuses are 0-5): never 0, so a script cannot take "nothing could be read" for a pass.
+EXIT_INCONCLUSIVE = 6
 REPORT_PATH_KEY = pytest.StashKey[Path]()
 
 
@@ -327,6 +330,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A test module skipped whole (`pytest.importorskip` at import) is one skip in pytest's summary: it is one
+    check in the report too, so both count the same skips."""
+    if report.skipped:
+        _COLLECTION_SKIPS.append(report)
+
+
+_COLLECTION_SKIPS: list[pytest.CollectReport] = []
+
+
+def _collection_checks() -> list[Check]:
+    out = []
+    for rep in _COLLECTION_SKIPS:
+        module = Path(str(rep.fspath)).stem.removeprefix("test_")
+        reason = str(rep.longrepr[2]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        out.append(Check(name=f"{module}.module", status="skip", message=reason.removeprefix("Skipped: ")))
+    return out
+
+
 def _decides(rep: pytest.TestReport) -> bool:
     """The report that settles a test: its call, or a setup/teardown that failed or skipped it."""
     return rep.when == "call" or (rep.when == "setup" and not rep.passed) or (rep.when == "teardown" and rep.failed)
@@ -364,9 +386,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     program = "pytest" if Path(sys.argv[0]).name in ("__main__.py", "pytest") else Path(sys.argv[0]).name
     command = shlex.join([program, *sys.argv[1:]])
+    known = {c.name for c in lab.report.checks}
+    lab.report.checks += [c for c in _collection_checks() if c.name not in known]
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
     session.config.stash[REPORT_PATH_KEY] = path
+    from gpulab.report.render import inconclusive_text, verdict
+
+    if verdict(report) == "inconclusive" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = EXIT_INCONCLUSIVE
+        lab.messages.append(f"INCONCLUSIVE (exit {EXIT_INCONCLUSIVE}): {inconclusive_text(report)}")
     rendered: tuple[Path, Path] | None = None
     try:
         rendered = write_rendered(report, path)
