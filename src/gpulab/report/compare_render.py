@@ -25,7 +25,10 @@ def sections(c: Comparison) -> list[Section]:
     names = short_labels(c.labels)
     labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
     legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
-    out = [Section("mode", lines=[c.mode_line, f"reports: {legend} (ratios against {labels[0]})"])]
+    out = [
+        Section("verdict", lines=[c.verdict, *c.regressions]),
+        Section("mode", lines=[c.mode_line, c.relation_line, f"reports: {legend} (ratios against {labels[0]})"]),
+    ]
     if c.speedups:
         out.append(
             Section(
@@ -93,6 +96,7 @@ def sections(c: Comparison) -> list[Section]:
     if c.mode == "same":
         headers.append("status")
     notes = list(c.vm_overhead)
+    notes += [f"{_row_name(r.key)}: {r.status}" for r in c.rows if "no ratio" in r.status]
     if c.mode != "same":
         notes.append("CPU rows: n=all is every thread of each machine; 'each GPU' rows are the median over its GPUs")
     if power:
@@ -120,8 +124,6 @@ def sections(c: Comparison) -> list[Section]:
         )
     if c.notes:
         out.append(Section("fingerprint differences", lines=list(c.notes)))
-    regs = c.regressions
-    out.append(Section("verdict", lines=[*regs, c.verdict]))
     return out
 
 
@@ -183,7 +185,7 @@ def to_html(c: Comparison) -> str:
     body = [f"<h1>gpulab comparison: {e(' vs '.join(short_labels(c.labels)))}</h1>"]
     for sec in sections(c):
         body.append(f'<section id="{e(sec.title.split()[0])}"><h2>{e(sec.title)}</h2>')
-        if sec.title == "mode":
+        if sec.title in ("mode", "verdict"):
             body += [f'<p class="mode">{e(line)}</p>' for line in sec.lines]
             body.append("</section>")
             continue
