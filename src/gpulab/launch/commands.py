@@ -26,6 +26,7 @@ from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
 from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
 from gpulab.report.append import append_results
+from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
 
@@ -144,7 +145,7 @@ def describe(result: Result) -> str:
     )
 
 
-def _finish(args: argparse.Namespace, result: Result) -> int:
+def _finish(args: argparse.Namespace, result: Result, load: LoadWatch | None = None) -> int:
     if args.json:
         from gpulab.launch.common import result_to_dict
 
@@ -156,7 +157,7 @@ def _finish(args: argparse.Namespace, result: Result) -> int:
     if advice:
         print(f"note: {advice}", file=sys.stderr)
     if args.report is not None:
-        append_results(args.report, [result], _command_line())
+        append_results(args.report, [result], _command_line(), host_load=load.finish() if load else None)
         print(f"appended to {args.report}", file=sys.stderr)
     return 0
 
@@ -245,6 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend.prepare()
     spec = launch.epochs
     lines = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+    load = LoadWatch(f"gpulab run {launch.cfg.workload}")
 
     def show_epoch(record: dict[str, Any]) -> None:
         metric = "mean AUC" if launch.cfg.workload == "chexnet" else "accuracy"
@@ -261,7 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for note in record.get("notes") or []:
             print(f"note: {note}", file=sys.stderr)
         print(epochs_summary(record), file=lines)
-    return _finish(args, result)
+    return _finish(args, result, load)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -273,12 +275,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
     # pool workers forked from here) goes to stderr instead.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    load = LoadWatch(f"gpulab sweep {launch.cfg.workload}")
     with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {launch.cfg.workload} over {args.gpus} devices"):
         result = start(launch)
     where = f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})"
     # A message beside the JSON (which records both as params.psweep_db and params.psweep_run_id).
     print(where, file=sys.stderr if args.json else sys.stdout)
-    return _finish(args, result)
+    return _finish(args, result, load)
 
 
 def _whole_number(text: str, minimum: int) -> int:

@@ -778,7 +778,7 @@ def compare(
         base_value = values[0]
         side = judge.side(next(rs for rs in found if rs))
         row_band, row_why = judge.band(
-            threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, [q for q, _ in quiet]
+            threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
         )
         limit = 1 - row_band / 100
         other_work = [

@@ -37,7 +37,7 @@ WORK_KEYS = ("size", "iterations", "image_width", "epochs", "classes")
 
 
 def side(results: Sequence[Result]) -> str:
-    """"host", "host-bound" or "gpu" for a row, from its measurements (the baseline's first)."""
+    """What sets a row's pace, from its measurements (the baseline's first): "host", "host-bound" or "gpu"."""
     first = results[0]
     if first.launcher == "cpu" or first.device == "cpu":
         return "host"
@@ -92,14 +92,16 @@ def repeat_noise_pct(results: Sequence[Result]) -> float | None:
 
 
 def band(
-    threshold_pct: float, row_side: str, rel: str, noise_pct: float | None, quiet: Sequence[bool | None]
+    threshold_pct: float, row_side: str, rel: str, noise_pct: float | None, quiet: Sequence[tuple[bool | None, str]]
 ) -> tuple[float, str]:
-    """(band in %, why): how far below the baseline a row may fall before it is a regression."""
+    """(band in %, why): how far below the baseline a row may fall before it is a regression; `quiet` is each
+    report's quiet_host()."""
     pct, why = threshold_pct, f"threshold {threshold_pct:g} %"
     if noise_pct is not None and noise_pct > pct:
         pct, why = noise_pct, f"baseline's repeats {noise_pct:.1f} % apart"
-    if row_side != "gpu" and not all(q is True for q in quiet) and HOST_NOISE_PCT > pct:
-        pct, why = HOST_NOISE_PCT, f"shared-host noise {HOST_NOISE_PCT:g} %"
+    busy = sorted({why for q, why in quiet if q is not True})
+    if row_side != "gpu" and busy and pct < HOST_NOISE_PCT:
+        pct, why = HOST_NOISE_PCT, f"shared-host noise {HOST_NOISE_PCT:g} % ({'; '.join(busy)})"
     if rel == SAME_MODEL:
         pct, why = pct + UNIT_SPREAD_PCT, f"{why} + unit-to-unit spread {UNIT_SPREAD_PCT:g} %"
     return pct, why
