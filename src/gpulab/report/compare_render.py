@@ -84,7 +84,10 @@ def sections(c: Comparison) -> list[Section]:
         if multi:
             per = [r.per_gpu(i) for i in range(len(labels))]
             cells += [_num(v) for v in per]
-            cells += [_ratio_pct(v / per[0]) if v is not None and per[0] else "-" for v in per[1:]]
+            cells += [
+                _ratio_pct(v / per[0]) if v is not None and per[0] and r.ratios[i] is not None else "-"
+                for i, v in enumerate(per[1:], start=1)
+            ]
         if power:
             cells += [_num(r.per_watt(i)) for i in range(len(labels))]
         for i, price in sorted(c.prices.items()):

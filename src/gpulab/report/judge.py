@@ -122,7 +122,7 @@ def work_difference(base: Sequence[Result], other: Sequence[Result], published: 
     if diffs:
         return "other work: " + ", ".join(diffs)
     for pub, mine, theirs in ((published[0], a, b), (published[1], b, a)):
-        unknown = [k for k in WORK_KEYS if k in mine and k not in theirs and k != "size"]
+        unknown = [k for k in ("iterations", "image_width", "epochs") if k in mine and k not in theirs]
         if pub and unknown:
             shown = ", ".join(f"{k} {mine[k]}" for k in unknown)
             return f"work not recorded (the published run: {shown})"
