@@ -104,7 +104,7 @@ def test_a_tiny_style_study_is_not_set_against_the_full_size_figures(tmp_path, c
     path = _study_report(tmp_path, study)
     assert main(["compare", str(path), "baseline:neural-style-2018"]) == 0
     out = capsys.readouterr().out
-    assert "other work: iterations 1000 vs 2, image_width 512 vs 32: no ratio" in out
+    assert "other work: iterations 2 → 1000, image_width 32 → 512: no ratio" in out
     full = load_study(shipped()["neural-style"])
     c = compare(
         [("study", load_report(_study_report(tmp_path, full))), ("published", baselines.load("neural-style-2018"))]

@@ -118,7 +118,7 @@ def work_difference(base: Sequence[Result], other: Sequence[Result], published: 
     """Why two rows did different work ("" when they did the same, as far as both record it). A published
     figure's work (`published`: base, other) that the other row does not record is unknown, never assumed equal."""
     a, b = work_of(base[0]), work_of(other[0])
-    diffs = [f"{k} {b[k]} vs {a[k]}" for k in WORK_KEYS if k in a and k in b and a[k] != b[k]]
+    diffs = [f"{k} {a[k]} → {b[k]}" for k in WORK_KEYS if k in a and k in b and a[k] != b[k]]
     if diffs:
         return "other work: " + ", ".join(diffs)
     for pub, mine, theirs in ((published[0], a, b), (published[1], b, a)):
