@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from gpulab.progress_line import ProgressLine, clock
 from gpulab.studies.progress import finished_counter, watching
+from gpulab.validation.suite_progress import SuiteProgress
 
 
 class Clock:
@@ -80,3 +83,46 @@ def test_watching_reports_while_the_work_runs_and_at_the_end(tmp_path):
         time.sleep(1.3)
         done[0] = 3
     assert seen[0] == (0, 3) and (2, 3) in seen and seen[-1] == (3, 3)
+
+
+def _suite(tty: bool, lines: list[str], now: Clock) -> SuiteProgress:
+    tests = [
+        ("validate/test_health.py::test_gpu_count", {}),
+        ("validate/test_speedup.py::test_cpu[torch-style_transfer-1]", {"workload": "style_transfer"}),
+        ("validate/test_speedup.py::test_cpu[torch-mnist-1]", {"workload": "mnist"}),
+        ("validate/test_speedup.py::test_gpu_over_cpu[torch-chexnet]", {"workload": "chexnet"}),
+    ]
+    return SuiteProgress(tests, "standard", lines.append, tty=tty, now=now)
+
+
+def test_the_suite_line_counts_tests_and_takes_the_time_left_from_known_durations():
+    lines: list[str] = []
+    now = Clock()
+    suite = _suite(False, lines, now)
+    assert suite.left_s() == pytest.approx(15.9 + 0.5 + 21.4)  # test_gpu_count has no known duration: ~0
+    suite.start("validate/test_health.py::test_gpu_count")
+    now.t += 0.5
+    suite.finish("validate/test_health.py::test_gpu_count")
+    suite.start("validate/test_speedup.py::test_cpu[torch-style_transfer-1]")
+    now.t += 31.8  # this machine takes twice the known 15.9 s
+    suite.finish("validate/test_speedup.py::test_cpu[torch-style_transfer-1]")
+    assert suite.left_s() == pytest.approx(2 * (0.5 + 21.4))
+    assert lines[-1].startswith("suite (standard): 2/4 tests · 32 s elapsed · about 44 s left")
+    for nodeid in suite.order[2:]:
+        suite.start(nodeid)
+        suite.finish(nodeid)
+    assert lines[-1].startswith("suite (standard): 4/4 tests") and "left" not in lines[-1]
+
+
+def test_on_a_terminal_the_suite_line_names_a_long_test_as_it_starts():
+    lines: list[str] = []
+    now = Clock()
+    suite = _suite(True, lines, now)
+    suite.start("validate/test_health.py::test_gpu_count")
+    suite.finish("validate/test_health.py::test_gpu_count")
+    assert lines == []  # short tests pass silently
+    suite.start("validate/test_speedup.py::test_cpu[torch-style_transfer-1]")
+    assert lines == [
+        "suite (standard): 1/4 tests · 0 s elapsed · about 38 s left · "
+        "now validate/test_speedup.py::test_cpu[torch-style_transfer-1]"
+    ]
