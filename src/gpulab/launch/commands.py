@@ -25,6 +25,7 @@ from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
 from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
+from gpulab.progress_line import ProgressLine
 from gpulab.report.append import append_results
 from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Result
@@ -170,13 +171,29 @@ def _command_line() -> str | None:
     return None
 
 
-def _show(status: Any, launch: Launch) -> progress.Listener:
-    """Steps done, rate and time left on the status line (in-process launchers report them)."""
+def _show(status: Any, launch: Launch, stream: Any = None) -> progress.Listener:
+    """Steps done, rate and time left (in-process launchers report them): on a terminal in the live status line;
+    elsewhere (CI, a pipe) as a plain line per tenth of each phase or per minute."""
+    stream = stream if stream is not None else sys.stderr
+    if stream.isatty():
 
-    def show(p: progress.Progress) -> None:
-        status.update(f"running {launch.describe()}: {p.text()}")
+        def show(p: progress.Progress) -> None:
+            status.update(f"running {launch.describe()}: {p.text()}")
 
-    return show
+        return show
+    lines: dict[str, ProgressLine] = {}
+
+    def plain(p: progress.Progress) -> None:
+        line = lines.get(p.phase)
+        if line is None:
+            line = lines[p.phase] = ProgressLine(
+                f"{launch.describe()}, {p.phase}", p.total, unit="steps", stream=stream
+            )
+        line.update(p.done)
+        if p.done >= p.total:
+            line.close()
+
+    return plain
 
 
 def _status(text: str) -> Any:
