@@ -352,7 +352,7 @@ class Comparison:
                 table.add_column(f"{label} vs base", justify="right")
                 if self.vm[i]:
                     table.add_column(f"{label} VM/host", justify="right")
-        table.add_column("side, band")
+        table.add_column("side, band", no_wrap=True)
         table.add_column("status")
         for row in self.rows:
             cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
