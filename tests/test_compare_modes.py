@@ -42,7 +42,7 @@ def test_different_machines_side_by_side_exit_0():
     proc = gpulab(H200, H100)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert out.startswith("mode: different machines")
+    assert out.startswith("verdict: none (other GPU models") and out.splitlines()[1].startswith("mode: different")
     assert "REGRESSION" not in out
     # resnet50's GPU-over-all-CPU-threads speedups of both machines, on one line
     (line,) = [ln for ln in out.splitlines() if "resnet50" in ln and "cpu:all fp32 -> gpu:1" in ln]
@@ -67,9 +67,9 @@ def test_same_machine_one_row_lower_exit_1(tmp_path):
     low = _lowered(tmp_path, "low.json", 0.9, {ROW})
     proc = gpulab(H200, low)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("mode: same machine kind")
+    assert proc.stdout.startswith("verdict: REGRESSION: 1 result(s) below their noise band (GPU 1)")
+    assert proc.stdout.splitlines()[1].startswith("mode: same machine kind")
     assert "resnet50/torch/ddp n=4 bf16" in proc.stdout.split("regressions:")[1]
-    assert "verdict: REGRESSION: 1 result(s)" in proc.stdout
 
 
 def test_forced_different_on_same_pair_exit_0(tmp_path):
@@ -87,7 +87,7 @@ def test_vm_against_host_overhead_column(tmp_path):
     proc = gpulab(host_path, vm_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert out.startswith("mode: same machine kind")
+    assert out.startswith("verdict: no regression") and out.splitlines()[1].startswith("mode: same machine kind")
     assert "VM/host" in out and "0.970" in out and "virtualisation overhead: VM " in out
     assert "platform: bare metal → VM (KVM)" in out
     c = compare([("host", host), ("vm", load_report(vm_path))])
@@ -102,10 +102,10 @@ def test_html_and_md_pages(tmp_path):
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text and "http" not in text
     sections = text.split("<section")
-    assert 'id="mode"' in sections[1] and "different machines" in sections[1]
-    assert "speedups" in sections[2]
+    assert 'id="verdict"' in sections[1] and 'id="mode"' in sections[2] and "different machines" in sections[2]
+    assert "speedups" in sections[3]
     assert "samples per $" in text
-    assert md.read_text().splitlines()[2] == "## mode"
+    assert md.read_text().splitlines()[2] == "## verdict"
 
 
 def test_bad_outputs_and_prices_exit_2(tmp_path):

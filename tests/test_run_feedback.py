@@ -73,3 +73,24 @@ def test_a_run_records_its_loader_workers_and_learning(tmp_path):
     synthetic = run_cpu(RunConfig("mnist", size="tiny", steps=20, warmup=1), threads=1)
     assert synthetic.params["num_workers"] is None  # no loader without real data
     assert synthetic.params["first_loss"] is not None and synthetic.params["loss_falling"] in (True, False)
+
+
+def test_away_from_a_terminal_a_run_prints_a_few_progress_lines():
+    import io
+
+    from gpulab.launch.commands import _show
+
+    class Described:
+        def describe(self) -> str:
+            return "mnist on cpu"
+
+    out = io.StringIO()
+    show = _show(None, Described(), stream=out)  # type: ignore[arg-type]
+    show(progress.Progress("warm-up", 3, 3, 64, 0.3))
+    for done in range(1, 201):
+        show(progress.Progress("timed", done, 200, 64, done * 0.01))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("mnist on cpu, warm-up: 3/3 steps (100 %)")
+    timed = [line for line in lines if ", timed: " in line]
+    assert len(timed) == 10 and timed[-1].startswith("mnist on cpu, timed: 200/200 steps (100 %)")
+    assert "left" in timed[0]

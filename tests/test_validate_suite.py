@@ -53,6 +53,11 @@ def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
     assert proc.returncode == 0, out
     assert "no NVIDIA GPU/driver found" in out
     assert len(reports) == 1 and f"report: {reports[0]}" in out
+    # away from a terminal the suite's progress is a few plain lines, the last when every test has run
+    suite = [line for line in out.splitlines() if line.startswith("suite (quick): ")]
+    assert 1 <= len(suite) <= 12 and suite[-1].split(" · ")[0].endswith(" tests")
+    done, total = suite[-1].removeprefix("suite (quick): ").split(" ")[0].split("/")
+    assert done == total and int(total) > 10
     report = load_report(reports[0])
     assert report.fingerprint["gpus"] == []
     cpu = [r for r in report.results if r.launcher == "cpu"]

@@ -25,7 +25,9 @@ from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
 from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
+from gpulab.progress_line import ProgressLine
 from gpulab.report.append import append_results
+from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
 
@@ -144,7 +146,7 @@ def describe(result: Result) -> str:
     )
 
 
-def _finish(args: argparse.Namespace, result: Result) -> int:
+def _finish(args: argparse.Namespace, result: Result, load: LoadWatch | None = None) -> int:
     if args.json:
         from gpulab.launch.common import result_to_dict
 
@@ -156,7 +158,7 @@ def _finish(args: argparse.Namespace, result: Result) -> int:
     if advice:
         print(f"note: {advice}", file=sys.stderr)
     if args.report is not None:
-        append_results(args.report, [result], _command_line())
+        append_results(args.report, [result], _command_line(), host_load=load.finish() if load else None)
         print(f"appended to {args.report}", file=sys.stderr)
     return 0
 
@@ -169,13 +171,29 @@ def _command_line() -> str | None:
     return None
 
 
-def _show(status: Any, launch: Launch) -> progress.Listener:
-    """Steps done, rate and time left on the status line (in-process launchers report them)."""
+def _show(status: Any, launch: Launch, stream: Any = None) -> progress.Listener:
+    """Steps done, rate and time left (in-process launchers report them): on a terminal in the live status line;
+    elsewhere (CI, a pipe) as a plain line per tenth of each phase or per minute."""
+    stream = stream if stream is not None else sys.stderr
+    if stream.isatty():
 
-    def show(p: progress.Progress) -> None:
-        status.update(f"running {launch.describe()}: {p.text()}")
+        def show(p: progress.Progress) -> None:
+            status.update(f"running {launch.describe()}: {p.text()}")
 
-    return show
+        return show
+    lines: dict[str, ProgressLine] = {}
+
+    def plain(p: progress.Progress) -> None:
+        line = lines.get(p.phase)
+        if line is None:
+            line = lines[p.phase] = ProgressLine(
+                f"{launch.describe()}, {p.phase}", p.total, unit="steps", stream=stream
+            )
+        line.update(p.done)
+        if p.done >= p.total:
+            line.close()
+
+    return plain
 
 
 def _status(text: str) -> Any:
@@ -245,6 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend.prepare()
     spec = launch.epochs
     lines = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+    load = LoadWatch(f"gpulab run {launch.cfg.workload}")
 
     def show_epoch(record: dict[str, Any]) -> None:
         metric = "mean AUC" if launch.cfg.workload == "chexnet" else "accuracy"
@@ -261,7 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for note in record.get("notes") or []:
             print(f"note: {note}", file=sys.stderr)
         print(epochs_summary(record), file=lines)
-    return _finish(args, result)
+    return _finish(args, result, load)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -273,12 +292,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
     # pool workers forked from here) goes to stderr instead.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    load = LoadWatch(f"gpulab sweep {launch.cfg.workload}")
     with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {launch.cfg.workload} over {args.gpus} devices"):
         result = start(launch)
     where = f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})"
     # A message beside the JSON (which records both as params.psweep_db and params.psweep_run_id).
     print(where, file=sys.stderr if args.json else sys.stdout)
-    return _finish(args, result)
+    return _finish(args, result, load)
 
 
 def _whole_number(text: str, minimum: int) -> int:

@@ -33,6 +33,11 @@ class Timing:
     per_call: float  # median seconds per call
     calls: int  # timed calls in all
     seconds: float  # timed seconds in all
+    repeats: int = 1  # timed batches
+    spread_pct: float = 0.0  # (slowest - fastest) / median batch, in %: the noise a comparison allows for
+
+    def params(self) -> dict[str, Any]:
+        return {"repeats": self.repeats, "repeat_spread_pct": round(self.spread_pct, 2)}
 
 
 def time_per_iteration(
@@ -61,7 +66,9 @@ def time_per_iteration(
             fn()
         _sync(device)
         samples.append((time.perf_counter() - start) / batch)
-    return Timing(per_call=statistics.median(samples), calls=batch * repeats, seconds=sum(samples) * batch)
+    median = statistics.median(samples)
+    spread = (max(samples) - min(samples)) / median * 100 if median > 0 else 0.0
+    return Timing(median, calls=batch * repeats, seconds=sum(samples) * batch, repeats=repeats, spread_pct=spread)
 
 
 def _launcher(device: str) -> str:
@@ -97,7 +104,7 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
-        params={"n": n, "dtype": str(dtype_for(precision)).removeprefix("torch.")},
+        params={"n": n, "dtype": str(dtype_for(precision)).removeprefix("torch."), **timing.params()},
     )
 
 
@@ -122,7 +129,7 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
-        params={"bytes": nbytes, "counts": "read+write"},
+        params={"bytes": nbytes, "counts": "read+write", **timing.params()},
     )
 
 
@@ -151,7 +158,7 @@ def host_transfer(device: str, direction: str, size: ProbeSize = QUICK) -> Resul
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
-        params={"bytes": nbytes, "pinned": True},
+        params={"bytes": nbytes, "pinned": True, **timing.params()},
     )
 
 

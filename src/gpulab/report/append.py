@@ -83,12 +83,13 @@ def append_results(
     command: str | None = None,
     *,
     fingerprint: Callable[[], dict[str, Any]] = this_host,
+    host_load: dict[str, Any] | None = None,
 ) -> Report:
     """Add `results` to the report at `path` under its lock and write it atomically; returns the new report.
 
     A missing report is created with `fingerprint()` (this host's) and tier "run". An existing one must load
     (a corrupt file is an error, never silently replaced); its fingerprint, checks, thresholds and the rest
-    are kept.
+    are kept. `host_load` (gpulab.report.hostload) is how busy the host was while `results` were measured.
     """
     path = Path(path)
     with report_lock(path):
@@ -99,5 +100,7 @@ def append_results(
             else Report(fingerprint=fingerprint(), tier=RUN_REPORT_TIER, command=command)
         )
         merge_results(report, results)
+        if host_load is not None:
+            report.host_load.append(host_load)
         write_report(report, path)
     return report

@@ -16,6 +16,7 @@ a regression, and the count and the spread (min–max) are shown; a spread wider
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import statistics
@@ -25,6 +26,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.report import judge
 from gpulab.report.model import Check, Report, Result
 
 ResultKey = tuple[str, str, str, int, str, str]
@@ -79,6 +81,9 @@ class Row:
     measurements: list[list[float]] = field(default_factory=list)  # every value per report, in report order
     ns: list[int | None] = field(default_factory=list)  # devices/threads each report used (different mode)
     watts: list[float | None] = field(default_factory=list)  # mean board power over the row's GPUs, summed
+    side: str = "gpu"  # what sets the row's pace: "gpu", "host-bound" (a mostly idle GPU) or "host" (judge.side)
+    band_pct: float | None = None  # how far below the baseline it may fall before it regresses (same mode)
+    band_why: str = ""
 
     def per_gpu(self, i: int) -> float | None:
         """Report i's value per GPU: value / n for a row over several GPUs, the value itself otherwise."""
@@ -138,6 +143,9 @@ class Row:
             "measurements": dict(zip(labels, found, strict=True)),
             "status": self.status,
             "regressed_in": self.regressed_in,
+            "side": self.side,
+            "band_pct": self.band_pct,
+            "band": self.band_why,
         }
 
 
@@ -175,11 +183,18 @@ class Comparison:
     not_comparable: list[str] = field(default_factory=list)  # check names not present in every report
     vm: list[int | None] = field(default_factory=list)  # per report: +1 VM vs bare-metal baseline, -1 reverse
     prices: dict[int, float] = field(default_factory=dict)  # report index -> USD per hour
+    relation: str = judge.SAME_KIND  # judge.RELATION_TEXT's keys: same machine, same model, same kind, other models
+    hosts: list[str] = field(default_factory=list)  # per report: how busy its host was (judge.quiet_host)
 
     @property
     def mode_line(self) -> str:
         what = "same machine kind" if self.mode == "same" else "different machines"
         return f"mode: {what} ({self.mode_reason})"
+
+    @property
+    def relation_line(self) -> str:
+        hosts = "; ".join(f"{lab}: {h}" for lab, h in zip(short_labels(self.labels), self.hosts, strict=False))
+        return f"machines: {judge.RELATION_TEXT[self.relation]}" + (f" (host load: {hosts})" if hosts else "")
 
     def vm_ratio(self, row: Row, i: int) -> float | None:
         """VM value / host value for report i against the baseline, when exactly one of them is a VM."""
@@ -220,8 +235,10 @@ class Comparison:
             for label in row.regressed_in:
                 i = self.labels.index(label)
                 ratio = row.ratios[i]
+                side = judge.SIDE_NAMES[row.side]
                 out.append(
-                    f"{key_text(row.key)}: {label} {row.cell(i)} vs {row.cell(0)} {row.unit} ({_ratio_pct(ratio)})"
+                    f"{key_text(row.key)}: {label} {row.cell(i)} vs {row.cell(0)} {row.unit} ({_ratio_pct(ratio)}; "
+                    f"{side} row, band {row.band_pct or self.threshold_pct:.0f} %: {row.band_why or 'threshold'})"
                 )
         for check in self.checks:
             for label in check.regressed_in:
@@ -251,26 +268,51 @@ class Comparison:
     def repeated(self) -> bool:
         return any(len(row.found(i)) > 1 for row in self.rows for i in range(len(self.labels)))
 
+    def side_summary(self) -> str:
+        """Per side (GPU, host-bound GPU, host): how many rows, their change against the baseline and band."""
+        parts = []
+        for side, name in judge.SIDE_NAMES.items():
+            rows = [r for r in self.rows if r.side == side]
+            ratios = [x for r in rows for x in r.ratios[1:] if x is not None]
+            if not ratios:
+                continue
+            bands = sorted({round(r.band_pct or self.threshold_pct) for r in rows})
+            band = f"{bands[0]} %" if len(bands) == 1 else f"{bands[0]}–{bands[-1]} %"
+            lo, hi = _ratio_pct(min(ratios)), _ratio_pct(max(ratios))
+            spread = lo if lo == hi else f"{lo}…{hi}"
+            parts.append(f"{name} rows: {len(rows)}, {spread}, band {band}")
+        return "; ".join(parts)
+
     @property
     def verdict(self) -> str:
         if self.mode != "same":
-            return "verdict: none (different machines are compared side by side, not judged)"
+            return f"verdict: none ({judge.RELATION_TEXT[self.relation]}: side by side, not judged)"
         regs = self.regressions
+        summary = self.side_summary()
+        tail = f" ({summary})" if summary else ""
         if not regs:
-            return f"verdict: no regression (threshold {self.threshold_pct:g} % below {self.baseline})"
+            return f"verdict: no regression against {self.baseline}{tail}"
         n_rows = sum(len(r.regressed_in) for r in self.rows)
         n_checks = sum(len(c.regressed_in) for c in self.checks)
         parts = []
         if n_rows:
-            parts.append(f"{n_rows} result(s) more than {self.threshold_pct:g} % below the baseline")
+            by_side = [
+                f"{judge.SIDE_NAMES[side]} {n}"
+                for side in judge.SIDE_NAMES
+                if (n := sum(len(r.regressed_in) for r in self.rows if r.side == side))
+            ]
+            parts.append(f"{n_rows} result(s) below their noise band ({', '.join(by_side)})")
         if n_checks:
             parts.append(f"{n_checks} check(s) passed in the baseline and fail now")
-        return f"verdict: REGRESSION: {', '.join(parts)} (baseline {self.baseline})"
+        return f"verdict: REGRESSION: {', '.join(parts)} (baseline {self.baseline}){tail}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "verdict": self.verdict,
             "mode": self.mode,
             "mode_reason": self.mode_reason,
+            "relation": self.relation,
+            "host_load": dict(zip(self.labels, self.hosts, strict=False)),
             "speedups": [sp.to_dict(self.labels) for sp in self.speedups],
             "scaling": [sc.to_dict(self.labels) for sc in self.scaling],
             "not_comparable_checks": self.not_comparable,
@@ -284,7 +326,6 @@ class Comparison:
             "wide_spreads": self.wide_spreads,
             "notes": self.notes,
             "regression": bool(self.regressions),
-            "verdict": self.verdict,
         }
 
     def to_text(self, width: int = 160) -> str:
@@ -299,7 +340,9 @@ class Comparison:
 
         buf = io.StringIO()
         console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False)
+        console.print(self.verdict, soft_wrap=True)
         console.print(self.mode_line, soft_wrap=True)
+        console.print(self.relation_line, soft_wrap=True)
         table = Table(title=f"results (baseline: {self.baseline})", title_justify="left")
         for col in ("workload", "framework", "launcher", "n", "precision", "device", "unit"):
             table.add_column(col, justify="right" if col == "n" else "left")
@@ -309,6 +352,7 @@ class Comparison:
                 table.add_column(f"{label} vs base", justify="right")
                 if self.vm[i]:
                     table.add_column(f"{label} VM/host", justify="right")
+        table.add_column("side, band", no_wrap=True)
         table.add_column("status")
         for row in self.rows:
             cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
@@ -319,6 +363,7 @@ class Comparison:
                     if self.vm[i]:
                         vm = self.vm_ratio(row, i)
                         cells.append("-" if vm is None else f"{vm:.3f} ({_ratio_pct(vm)})")
+            cells.append(row.side + ("" if row.band_pct is None else f" {row.band_pct:.0f}%"))
             cells.append(row.status.upper() if row.regression else row.status)
             table.add_row(*cells)
         if self.rows:
@@ -358,7 +403,6 @@ class Comparison:
             console.print("fingerprint differences beside the verdict:")
             for note in self.notes:
                 console.print(f"  - {note}", soft_wrap=True)
-        console.print(self.verdict, soft_wrap=True)
         return buf.getvalue()
 
 
@@ -460,6 +504,51 @@ def _normal_key(r: Result) -> ResultKey:
 
 
 OWN_PRECISION = "own"  # a workload row in the precision its machine trains in
+RELATIVE_UNIT = "x one GPU"  # a published figure given only as a ratio to the same run on one GPU
+WORKLOAD_UNITS = ("samples/s", "epochs/h", RELATIVE_UNIT)
+
+
+def _relative(
+    labels: Sequence[str], indexes: list[dict[ResultKey, list[Result]]]
+) -> tuple[list[dict[ResultKey, list[Result]]], list[str]]:
+    """Rows of one workload and launcher whose units differ between reports (a study's samples/s against a
+    write-up's epochs/h or "x one GPU") compare as what both can give: each report's rate over its own one-GPU
+    rate of the same series. Reports lacking the one-GPU row keep their rows (they show as "unit differs")."""
+
+    def group(key: ResultKey) -> tuple[Any, ...]:
+        return (key[0], key[1], key[2], key[5])
+
+    units: dict[tuple[Any, ...], set[str]] = {}
+    for idx in indexes:
+        for key, rs in idx.items():
+            if rs[0].unit in WORKLOAD_UNITS:
+                units.setdefault(group(key), set()).add(rs[0].unit)
+    mixed = {g for g, found in units.items() if len(found) > 1}
+    if not mixed:
+        return indexes, []
+    out, converted = [], set()
+    for idx in indexes:
+        renamed = dict(idx)
+        for g in mixed:
+            keys = [k for k in idx if group(k) == g]
+            ones = [k for k in keys if k[3] == 1]
+            if len(ones) != 1 or len({k[4] for k in keys}) != 1 or idx[ones[0]][0].unit == RELATIVE_UNIT:
+                continue
+            one = statistics.median(r.value for r in idx[ones[0]])
+            if one <= 0:
+                continue
+            for k in keys:
+                renamed[k] = [
+                    dataclasses.replace(r, value=r.value / one, unit=RELATIVE_UNIT, telemetry=None) for r in idx[k]
+                ]
+            converted.add(g)
+        out.append(renamed)
+    notes = [
+        f"{g[0]}/{g[1]}/{g[2]}: units differ between the reports; compared as speedup over each report's own one-GPU "
+        f"rate ({RELATIVE_UNIT})"
+        for g in sorted(converted, key=str)
+    ]
+    return out, notes
 
 
 def _own_precision(
@@ -475,7 +564,7 @@ def _own_precision(
     def workload_rows(idx: dict[ResultKey, list[Result]]) -> dict[tuple[Any, ...], list[ResultKey]]:
         out: dict[tuple[Any, ...], list[ResultKey]] = {}
         for key, rs in idx.items():
-            if rs[0].launcher in names.LAUNCHERS and rs[0].unit == "samples/s":
+            if rs[0].launcher in names.LAUNCHERS and rs[0].unit in WORKLOAD_UNITS:
                 out.setdefault(bare(key), []).append(key)
         return out
 
@@ -645,10 +734,14 @@ def compare(
     mode, why = choose_mode(labels, [rep for _, rep in reports], mode)
     keyer = Result.key if mode == "same" else _normal_key
     indexes = [_index(rep.results, keyer) for _, rep in reports]
+    indexes, relative = _relative(labels, indexes)
     own_precision: list[str] = []
     if mode == "different":
         indexes, own_precision = _own_precision(labels, indexes)
     base = indexes[0]
+    rel = judge.relation([rep for _, rep in reports], mode)
+    quiet = [judge.quiet_host(rep) for _, rep in reports]
+    published = [rep.tier == names.PUBLISHED_TIER for _, rep in reports]
 
     base_checks = {c.name for c in reports[0][1].checks}
     for label, idx, (_, rep) in zip(labels[1:], indexes[1:], reports[1:], strict=True):
@@ -662,7 +755,6 @@ def compare(
             f"{label} has: {_summary(list(idx))}): compare runs of the same tier/workloads"
         )
 
-    limit = 1 - threshold_pct / 100
     keys: list[ResultKey] = []
     for idx in indexes:
         keys += [k for k in idx if k not in keys]
@@ -680,15 +772,24 @@ def compare(
         if missing:
             status = f"only in {', '.join(present)}" if len(present) == 1 else f"missing in {', '.join(missing)}"
         elif len(units) > 1:
-            status = "unit differs"
+            status = f"unit differs ({' vs '.join(sorted(units))}): no ratio"
         else:
             status = "ok"
         base_value = values[0]
+        side = judge.side(next(rs for rs in found if rs))
+        row_band, row_why = judge.band(
+            threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
+        )
+        limit = 1 - row_band / 100
+        other_work = [
+            judge.work_difference(found[0], found[i], (published[0], published[i])) if found[0] and found[i] else ""
+            for i in range(len(found))
+        ]
         if base_value is not None and base_value > 0 and len(units) == 1:
             ratios[0] = 1.0
             for i in range(1, len(found)):
                 value = values[i]
-                if value is None:
+                if value is None or other_work[i]:
                     continue
                 ratio = value / base_value
                 ratios[i] = ratio
@@ -696,6 +797,9 @@ def compare(
                     regressed.append(labels[i])
         elif base_value is not None and len(units) == 1 and status == "ok":
             status = "no baseline value"
+        works = sorted({w for w in other_work if w})
+        if works:
+            status = f"{'; '.join(works)}: no ratio"
         if regressed:
             status = "regression"
         rows.append(
@@ -709,6 +813,9 @@ def compare(
                 measurements=measurements,
                 ns=[rs[0].n if rs else None for rs in found],
                 watts=[_watts(rs) for rs in found],
+                side=side,
+                band_pct=row_band if mode == "same" else None,
+                band_why=row_why if mode == "same" else "",
             )
         )
 
@@ -718,7 +825,7 @@ def compare(
     if mode != "same":
         for c in checks:
             c.regressed_in = []
-    notes: list[str] = list(own_precision)
+    notes: list[str] = [*relative, *own_precision]
     base_fp = reports[0][1].fingerprint
     for label, (_, rep) in zip(labels[1:], reports[1:], strict=True):
         found_notes = fingerprint_notes(base_fp, rep.fingerprint)
@@ -738,6 +845,8 @@ def compare(
         not_comparable=not_comparable,
         vm=_vm_sides([rep for _, rep in reports]) if mode == "same" else [None] * len(reports),
         prices=dict(prices or {}),
+        relation=rel,
+        hosts=[why for _, why in quiet],
     )
 
 

@@ -25,7 +25,10 @@ def sections(c: Comparison) -> list[Section]:
     names = short_labels(c.labels)
     labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
     legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
-    out = [Section("mode", lines=[c.mode_line, f"reports: {legend} (ratios against {labels[0]})"])]
+    out = [
+        Section("verdict", lines=[c.verdict, *c.regressions]),
+        Section("mode", lines=[c.mode_line, c.relation_line, f"reports: {legend} (ratios against {labels[0]})"]),
+    ]
     if c.speedups:
         out.append(
             Section(
@@ -81,7 +84,10 @@ def sections(c: Comparison) -> list[Section]:
         if multi:
             per = [r.per_gpu(i) for i in range(len(labels))]
             cells += [_num(v) for v in per]
-            cells += [_ratio_pct(v / per[0]) if v is not None and per[0] else "-" for v in per[1:]]
+            cells += [
+                _ratio_pct(v / per[0]) if v is not None and per[0] and r.ratios[i] is not None else "-"
+                for i, v in enumerate(per[1:], start=1)
+            ]
         if power:
             cells += [_num(r.per_watt(i)) for i in range(len(labels))]
         for i, price in sorted(c.prices.items()):
@@ -93,6 +99,7 @@ def sections(c: Comparison) -> list[Section]:
     if c.mode == "same":
         headers.append("status")
     notes = list(c.vm_overhead)
+    notes += [f"{_row_name(r.key)}: {r.status}" for r in c.rows if "no ratio" in r.status]
     if c.mode != "same":
         notes.append("CPU rows: n=all is every thread of each machine; 'each GPU' rows are the median over its GPUs")
     if power:
@@ -120,8 +127,6 @@ def sections(c: Comparison) -> list[Section]:
         )
     if c.notes:
         out.append(Section("fingerprint differences", lines=list(c.notes)))
-    regs = c.regressions
-    out.append(Section("verdict", lines=[*regs, c.verdict]))
     return out
 
 
@@ -183,7 +188,7 @@ def to_html(c: Comparison) -> str:
     body = [f"<h1>gpulab comparison: {e(' vs '.join(short_labels(c.labels)))}</h1>"]
     for sec in sections(c):
         body.append(f'<section id="{e(sec.title.split()[0])}"><h2>{e(sec.title)}</h2>')
-        if sec.title == "mode":
+        if sec.title in ("mode", "verdict"):
             body += [f'<p class="mode">{e(line)}</p>' for line in sec.lines]
             body.append("</section>")
             continue

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpulab.errors import GpulabError
 from gpulab.paths import InputFileError, read_input_bytes
-from gpulab.report.model import SCHEMA_ID, Report
+from gpulab.report.model import READABLE_SCHEMAS, SCHEMA_ID, Report
 
 if TYPE_CHECKING:  # jsonschema loads when a report is checked, not with every worker process that imports this
     from jsonschema import Draft202012Validator
@@ -263,8 +263,10 @@ def report_from_data(data: Any, path: Path | str = "<data>") -> Report:
             f"{path} was written by a newer gpulab: {tag}; upgrade gpulab (this one reads {SCHEMA_ID})",
             path,
         )
-    if tag != SCHEMA_ID:
-        raise ReportError(f"{path} has an unknown report schema {tag!r}; this gpulab reads {SCHEMA_ID}", path)
+    if tag not in READABLE_SCHEMAS:
+        raise ReportError(
+            f"{path} has an unknown report schema {tag!r}; this gpulab reads {', '.join(READABLE_SCHEMAS)}", path
+        )
     problems = schema_errors(data)
     if problems:
         shown = "; ".join(problems[:3])

@@ -15,7 +15,9 @@ from typing import Any, Literal
 from gpulab import __version__
 from gpulab.names import DEFAULT_TIER
 
-SCHEMA_ID = "gpulab.report/1"
+SCHEMA_ID = "gpulab.report/2"
+# Versions this gpulab reads: /1 is /2 without `host_load` (a /1 report is read as a /2 one with none recorded).
+READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", SCHEMA_ID)
 
 Status = Literal["pass", "fail", "skip", "error"]
 STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "error")
@@ -121,6 +123,8 @@ class Report:
     duration_s: float | None = None
     interrupted: bool = False  # the run was stopped (Ctrl-C) before every test ran
     provenance: dict[str, Any] | None = None  # a published baseline: study, source, hardware, figures
+    # How busy the host was while it measured, one entry per run that added results (gpulab.report.hostload)
+    host_load: list[dict[str, Any]] = field(default_factory=list)
     schema: str = SCHEMA_ID
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +152,8 @@ class Report:
             duration_s=d.get("duration_s"),
             interrupted=d.get("interrupted", False),
             provenance=d.get("provenance"),
-            schema=d["schema"],
+            host_load=list(d.get("host_load") or []),
+            schema=SCHEMA_ID,  # an older readable version is upgraded: it only lacks what is optional now
         )
 
     def add_threshold(self, threshold: Threshold) -> str:

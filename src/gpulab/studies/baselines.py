@@ -58,7 +58,7 @@ def compare_line(study: Any, runs: list[Any]) -> str | None:
 
     Only for the same work (same iterations and image width as the published run); otherwise it says why not."""
     if not study.baseline:
-        return None
+        return f"no published figures are shipped for this study (shipped baselines: {', '.join(names())})"
     try:
         report = load(study.baseline)
     except GpulabError as err:

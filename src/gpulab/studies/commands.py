@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.progress_line import ProgressLine
 
 SHIPPED = Path(__file__).parent / "files"
 
@@ -28,10 +29,6 @@ def study_path(given: str) -> Path:
     raise GpulabError(
         f"{given!r} is neither a study file nor a shipped study; shipped: {', '.join(known)} (`gpulab study list`)"
     )
-
-
-def _progress(done: int, total: int) -> None:
-    print(f"study: {done}/{total} runs finished", file=sys.stderr, flush=True)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -80,10 +77,16 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
     total = len(parameter_sets(study))
     where = scheduler or "this machine"
     print(f"study {study.name}: {total} runs of {study.workload} on {where} → {study_dir}", file=sys.stderr)
+    line = ProgressLine(f"study {study.name}", total, unit="runs finished")
+
+    def progress(done: int, todo: int) -> None:  # this session's runs: `todo` of the study's `total`
+        line.update(done, total=todo)
+
     try:
-        session = run_study(
-            study, study_dir, resume=resume, scheduler=scheduler, progress=_progress, command=_command_line()
-        )
+        with line:
+            session = run_study(
+                study, study_dir, resume=resume, scheduler=scheduler, progress=progress, command=_command_line()
+            )
     except KeyboardInterrupt:
         print(
             f"study {study.name}: interrupted; finished runs are kept in {study_dir}, "

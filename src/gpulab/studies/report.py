@@ -290,7 +290,7 @@ def build(study_dir: Path) -> StudyPage:
     runs = read_runs(load_database(study_dir), study)
     sessions = read_sessions(study_dir)
     summary = summarise(runs, sessions)
-    line = baselines.compare_line(study, runs) if study.baseline else None
+    line = baselines.compare_line(study, runs)
     return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions))
 
 

@@ -43,6 +43,27 @@ def _group(row: dict[str, Any]) -> tuple[str, int, str]:
     return "cpu", int(_num(row.get("threads")) or 1), "cpu"
 
 
+def study_work(study: Any, members: list[dict[str, Any]]) -> dict[str, Any]:
+    """How much work one run did (gpulab.report.judge.WORK_KEYS), so that compare sets it only beside the same
+    work (a tiny variant is never set against the published full-size figures): the study's size and, where the
+    runs share one value, iterations, image width, epochs and classes."""
+
+    def shared(key: str, fixed: Any) -> Any:
+        found = {row.get(key) for row in members if row.get(key) is not None} or (
+            {fixed} if fixed is not None else set()
+        )
+        return found.pop() if len(found) == 1 else None
+
+    work = {
+        "size": study.size,
+        "iterations": shared("iterations", study.fixed.get("iterations")),
+        "image_width": shared("width", study.fixed.get("width")),
+        "epochs": (study.epochs or {}).get("epochs"),
+        "classes": shared("num_classes", study.fixed.get("num_classes")),
+    }
+    return {k: v for k, v in work.items() if v is not None}
+
+
 def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for row in rows:
@@ -77,6 +98,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                     "worker_device": device or None,
                     "samples_per_s_min_max": [min(rates), max(rates)],
                     "precisions": precisions,
+                    "work": study_work(study, members),
                     **({"mode": "epochs"} if study.epochs else {}),  # an epoch series, apart from timed steps
                 },
             )

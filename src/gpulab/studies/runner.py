@@ -13,10 +13,9 @@ import contextlib
 import json
 import os
 import pickle
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from gpulab.errors import GpulabError
 from gpulab.launch.common import jsonable, write_json_atomic
 from gpulab.studies import cluster
 from gpulab.studies.generated import with_generated_data
+from gpulab.studies.progress import Progress, finished_counter, watching
 from gpulab.studies.psets import parameter_sets
 from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import NAMED_DATA, Study
@@ -184,35 +184,6 @@ def missing_sets(study: Study, df: Any) -> tuple[list[dict[str, Any]], int]:
     return todo, len(psets)
 
 
-Progress = Callable[[int, int], None]
-
-
-@contextlib.contextmanager
-def _watch(client: Any, total: int, progress: Progress | None) -> Iterator[None]:
-    """Report finished runs while psweep waits on Dask (the keys the cluster holds results for)."""
-    if progress is None or client is None:
-        yield
-        return
-    stop = threading.Event()
-
-    def poll() -> None:
-        shown = -1
-        while not stop.wait(2.0):
-            with contextlib.suppress(Exception):  # a cluster going down mid-poll is reported by psweep, not here
-                done = sum(1 for where in client.who_has().values() if where)
-                if done != shown:
-                    shown = done
-                    progress(min(done, total), total)
-
-    thread = threading.Thread(target=poll, daemon=True, name="study-progress")
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-
-
 def _psweep_run(psets: list[dict[str, Any]], study_dir: Path, **how: Any) -> Any:
     import psweep as ps
 
@@ -260,11 +231,12 @@ def run_study(
             gpus = cluster.visible_gpus()
             session.workers = [g[2] for g in gpus] or ["cpu"]
             os.environ[ALL_GPUS_ENV] = str(max(1, len(gpus)))
-            df = _psweep_run(todo, study_dir)
+            with watching(finished_counter(study_dir), len(todo), progress):
+                df = _psweep_run(todo, study_dir)
         else:
             with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
-                with _watch(client, len(todo), progress):
+                with watching(finished_counter(study_dir, client), len(todo), progress):
                     df = _psweep_run(todo, study_dir, dask_client=client)
     except KeyboardInterrupt:
         session.interrupted = True

@@ -31,11 +31,13 @@ from gpulab.validation.baselines import cpu_rows as cpu_rows
 from gpulab.validation.baselines import measured_rows as measured_rows
 from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
+from gpulab.validation.suite_progress import SuiteProgress
 
 LAB_KEY = pytest.StashKey[Lab]()
 # The run's exit status when nothing failed but the checks that define a healthy GPU could not judge anything
 # (pytest's own statuses are 0-5): never 0, so a script cannot take "nothing could be read" for a pass.
 EXIT_INCONCLUSIVE = 6
+SUITE_KEY = pytest.StashKey[SuiteProgress]()
 REPORT_PATH_KEY = pytest.StashKey[Path]()
 
 
@@ -284,6 +286,29 @@ def verdict(request: pytest.FixtureRequest, lab: Lab) -> Callable[[Check], Check
         return check
 
     return judge
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The suite's progress line (suite_progress): tests done, the current one, the time left."""
+    config = session.config
+    lab = config.stash.get(LAB_KEY, None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if lab is None or reporter is None or hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    tests = [(item.nodeid, dict(getattr(getattr(item, "callspec", None), "params", {}))) for item in session.items]
+    config.stash[SUITE_KEY] = SuiteProgress(tests, lab.options.tier, reporter.write_line, reporter.isatty())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    suite = item.config.stash.get(SUITE_KEY, None)
+    if suite is None:
+        return (yield)
+    suite.start(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        suite.finish(item.nodeid)
 
 
 PROGRESS_AFTER_S = 5.0  # a test that trains longer than this shows its steps, rate and time left

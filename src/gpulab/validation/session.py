@@ -16,6 +16,7 @@ from gpulab.hw import cuda_visible
 from gpulab.hw.model import Fingerprint, GpuInfo
 from gpulab.occupancy import Occupancy
 from gpulab.probes import judge
+from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Check, Report, Result
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ class Lab:
     gpus: list[GpuInfo]
     started: float = field(default_factory=time.monotonic)
     report: Report = field(init=False)
+    load: LoadWatch = field(init=False)  # how busy the host was while it measured
     # per test node id: the Check the test judged (its name, evidence, threshold), filled in by `verdict`
     judged: dict[str, Check] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)  # lines for the terminal summary
@@ -131,6 +133,7 @@ class Lab:
 
     def __post_init__(self) -> None:
         self.report = Report(fingerprint=self.fingerprint.to_dict(), tier=self.options.tier)
+        self.load = LoadWatch(f"validation, tier {self.options.tier}")
 
     @property
     def hostname(self) -> str:
@@ -211,6 +214,7 @@ class Lab:
         self.report.duration_s = round(time.monotonic() - self.started, 3)
         self.report.interrupted = interrupted
         self.report.command = command
+        self.report.host_load = [self.load.finish()]
         return self.report
 
     def counts(self) -> dict[str, int]:

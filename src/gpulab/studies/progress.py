@@ -1,0 +1,63 @@
+"""How many of a session's runs have finished, while psweep waits on them, for the study's progress line.
+
+psweep saves each finished run to `tmpsave/<run id>/<pset id>.pk` in the study directory as it comes back, from
+the workers and from whole-machine runs alike, so the files that appeared since the session began are its finished
+runs. Remote workers save on their own hosts: there the count is what the Dask cluster holds results for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+POLL_S = 1.0
+
+Progress = Callable[[int, int], None]  # (finished, planned) of this session's runs
+
+
+def finished_counter(study_dir: Path, client: Any = None) -> Callable[[], int]:
+    """A function counting this session's finished runs (saved runs that were not there when it was made)."""
+    saved = Path(study_dir) / "tmpsave"
+
+    def files() -> set[Path]:
+        return set(saved.glob("*/*.pk")) if saved.is_dir() else set()
+
+    before = files()
+
+    def count() -> int:
+        done = len(files() - before)
+        if client is not None:
+            with contextlib.suppress(Exception):  # a cluster going down mid-poll is psweep's to report, not ours
+                done = max(done, sum(1 for where in client.who_has().values() if where))
+        return done
+
+    return count
+
+
+@contextlib.contextmanager
+def watching(count: Callable[[], int], total: int, progress: Progress | None) -> Iterator[None]:
+    """Call `progress(finished, total)` about every second while the block runs (also when nothing finished, so
+    the elapsed time moves), and once at the end."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(POLL_S):
+            with contextlib.suppress(OSError):
+                progress(min(count(), total), total)
+
+    progress(0, total)
+    thread = threading.Thread(target=poll, daemon=True, name="study-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        with contextlib.suppress(OSError):
+            progress(min(count(), total), total)

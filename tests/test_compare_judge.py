@@ -1,0 +1,139 @@
+"""How compare judges rows: the verdict first, GPU rows apart from host rows, each against its noise band, and the
+same GPUs (a regression check) told apart from other units of one model (a consistency check).
+
+The pair is built from the real standard-tier report of one H100 (tests/fixtures/reports/h100x1-standard.json) as
+the issue measured it on that machine two days apart: every CPU row of the shared host about 25 % slower, the GPU
+probes within -3.1 … +0.8 %, the small-model GPU rows (their GPU mostly idle) slower with the host."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gpulab.cli import main
+from gpulab.report.compare import compare
+from gpulab.report.io import load_report, write_report
+from gpulab.report.model import Report
+
+H100 = Path(__file__).parent / "fixtures" / "reports" / "h100x1-standard.json"
+PROBE_CHANGES = {  # the seven GPU probes' changes, as measured
+    ("matmul", "fp32"): 0.969,
+    ("matmul", "tf32"): 0.992,
+    ("matmul", "bf16"): 1.008,
+    ("matmul", "fp16"): 0.985,
+    ("copy_d2d", "none"): 0.998,
+    ("h2d_pinned", "none"): 0.995,
+    ("d2h_pinned", "none"): 1.003,
+}
+QUIET = {"what": "validation, tier standard", "cpus": 16, "loadavg_start": [0.1, 0.2, 0.2], "steal_pct": 0.0}
+
+
+def _two_days_later(base: Report) -> Report:
+    later = copy.deepcopy(base)
+    for r in later.results:
+        if r.launcher == "cpu":
+            r.value *= 0.75  # the shared host's CPUs: -25 %
+        elif (r.workload, r.precision) in PROBE_CHANGES:
+            r.value *= PROBE_CHANGES[(r.workload, r.precision)]
+        elif r.workload == "resnet50":
+            r.value *= 0.99  # the one GPU-bound workload (95 % busy)
+        else:
+            r.value *= 0.91  # mnist, cifar10, chexnet, style transfer: their GPU 5-49 % busy, paced by the host
+    later.created = "2026-11-26T01:54:17+00:00"
+    return later
+
+
+def test_a_healthy_gpu_measured_twice_is_not_a_regression(tmp_path, capsys):
+    base = load_report(H100)
+    later = _two_days_later(base)
+    c = compare([("monday", base), ("wednesday", later)])
+    sides = {row.key: row.side for row in c.rows}
+    assert sum(s == "host" for s in sides.values()) == 13
+    assert {k[0] for k, s in sides.items() if s == "host-bound"} == {"mnist", "cifar10", "chexnet", "style_transfer"}
+    assert sum(s == "gpu" for s in sides.values()) == 8  # seven probes and resnet50
+    assert c.relation == "same machine" and c.regressions == []
+    host = [row for row in c.rows if row.side == "host"]
+    assert all(row.band_pct == 30 and "host load not recorded" in row.band_why for row in host)
+    gpu = [row for row in c.rows if row.side == "gpu"]
+    assert all(row.band_pct == 5 for row in gpu)  # one measurement each: the threshold
+    a, b = write_report(base, tmp_path / "a.json"), write_report(later, tmp_path / "b.json")
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("verdict: no regression")
+    assert "GPU rows: 8, -3.1 %…+0.8 %, band 5 %" in first and "host rows: 13, -25.0 %, band 30 %" in first
+    assert out.splitlines()[2].startswith("machines: the same GPUs (same UUIDs): a regression check")
+
+
+def test_a_real_gpu_drop_still_regresses_and_names_its_side():
+    base = load_report(H100)
+    later = _two_days_later(base)
+    for r in later.results:
+        if r.workload == "matmul" and r.precision == "bf16" and r.launcher == "gpu":
+            r.value *= 0.9  # about -9 %
+    c = compare([("monday", base), ("wednesday", later)])
+    (line,) = c.regressions
+    assert line.startswith("matmul/torch/gpu n=1 bf16 cuda:0: wednesday") and "GPU row, band 5 %" in line
+    assert c.verdict.startswith("verdict: REGRESSION: 1 result(s) below their noise band (GPU 1)")
+
+
+def test_host_rows_on_quiet_hosts_are_judged_by_the_threshold():
+    base, later = load_report(H100), _two_days_later(load_report(H100))
+    base.host_load, later.host_load = [QUIET], [QUIET]
+    c = compare([("monday", base), ("wednesday", later)])
+    host = [row for row in c.rows if row.side != "gpu"]
+    assert all(row.band_pct == 5 and row.regression for row in host)  # a quiet host 25 % slower is a finding
+    assert "host 13" in c.verdict and "GPU " not in c.verdict.split("(")[1]
+    stolen = dict(QUIET, steal_pct=12.5)
+    later.host_load = [stolen]
+    c = compare([("monday", base), ("wednesday", later)])
+    assert c.regressions == [] and "CPU steal 12 %" in c.rows[0].band_why
+
+
+def test_the_baselines_repeats_widen_the_band():
+    base, later = load_report(H100), _two_days_later(load_report(H100))
+    for r in base.results:
+        if r.workload == "matmul" and r.precision == "fp32" and r.launcher == "gpu":
+            r.params["repeat_spread_pct"] = 8.0  # the probe's timed batches 8 % apart
+    for r in later.results:
+        if r.workload == "matmul" and r.precision == "fp32" and r.launcher == "gpu":
+            r.value *= 0.95 / 0.969  # -7 % against the baseline: beyond 5 %, within 8 %
+    c = compare([("monday", base), ("wednesday", later)])
+    (row,) = [r for r in c.rows if r.key == ("matmul", "torch", "gpu", 1, "fp32", "cuda:0")]
+    assert row.band_pct == 8.0 and "repeats 8.0 % apart" in row.band_why and not row.regression
+
+
+def test_other_units_of_one_model_are_a_consistency_check():
+    base = load_report(H100)
+    other = _two_days_later(base)
+    other.fingerprint["gpus"][0]["uuid"] = "GPU-00000000-1111-2222-3333-444444444444"
+    for r in other.results:
+        if r.workload == "matmul" and r.precision == "bf16" and r.launcher == "gpu":
+            r.value *= 0.93 / 1.008  # -7 %: within the threshold plus the unit-to-unit spread
+    c = compare([("unit-a", base), ("unit-b", other)])
+    assert c.relation == "same model" and c.regressions == []
+    assert "consistency check" in c.relation_line
+    assert all(row.band_pct == 10 for row in c.rows if row.side == "gpu")
+
+
+def test_to_dict_puts_the_verdict_first_and_records_sides():
+    base = load_report(H100)
+    data = json.loads(json.dumps(compare([("a", base), ("b", _two_days_later(base))]).to_dict()))
+    assert next(iter(data)) == "verdict" and data["relation"] == "same machine"
+    assert {r["side"] for r in data["rows"]} == {"gpu", "host-bound", "host"}
+    assert data["host_load"] == {"a": "host load not recorded", "b": "host load not recorded"}
+
+
+@pytest.mark.parametrize("tag", ["gpulab.report/1", "gpulab.report/2"])
+def test_reports_of_both_schema_versions_load(tmp_path, tag):
+    data = json.loads(H100.read_text())
+    data["schema"] = tag
+    if tag.endswith("/2"):
+        data["host_load"] = [QUIET]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    report = load_report(path)
+    assert report.schema == "gpulab.report/2" and report.host_load == ([QUIET] if tag.endswith("/2") else [])
