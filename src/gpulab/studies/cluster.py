@@ -95,7 +95,9 @@ def slots(
 
 def _worker_options(slot: Slot) -> dict[str, Any]:
     # One thread: one run at a time per device. No memory limit: a GPU run's host memory is not Dask's to police.
-    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name}
+    # Ctrl-C is the study's (the parent's) to handle: the workers ignore it, the nanny stops them.
+    preload = ["gpulab.studies.worker_signals"]
+    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name, "preload": preload}
 
 
 @contextlib.contextmanager
@@ -106,7 +108,7 @@ def local_client(chosen: list[Slot]) -> Iterator[Any]:
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
     spec = {slot.name: {"cls": Nanny, "options": _worker_options(slot)} for slot in chosen}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0", "host": "127.0.0.1"}}
     with (
         SpecCluster(workers=spec, scheduler=scheduler, silence_logs=logging.ERROR) as cluster,
         Client(cluster) as client,

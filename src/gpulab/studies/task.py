@@ -46,6 +46,7 @@ def _missing(value: Any) -> bool:
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
     from gpulab.launch.common import jsonable
+    from gpulab.studies.database import save_row
 
     started = time.time()
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
@@ -66,7 +67,9 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     timed = facts.get("timed_s")
     facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
     (run_dir / RESULT).write_text(json.dumps(jsonable(facts), indent=1))
-    return {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
+    results = {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
+    save_row(run_dir, {**pset, **results})  # the row outlives a stopped session: the next read of the database adds it
+    return results
 
 
 def outcome(row: Any) -> dict[str, Any]:
