@@ -24,7 +24,7 @@ from gpulab.studies import baselines, ledger
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
-from gpulab.studies.task import outcome
+from gpulab.studies.task import outcome, study_relative
 
 EXTRA_CSS = """
 .grid{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0 1rem}
@@ -111,7 +111,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 overhead_s=_num(row.get("overhead_s")),
                 final_loss=_num(row.get("final_loss")),
                 curve=_list(row.get("loss_curve")),
-                output=row.get("output") if isinstance(row.get("output"), str) else None,
+                output=study_relative(row.get("output")),  # never a link out of the study (javascript:, ../)
                 device=row.get("device") if isinstance(row.get("device"), str) else None,
                 worker=row.get("worker") if isinstance(row.get("worker"), str) else None,
                 started=_timestamp(started),

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpulab import names
@@ -245,6 +245,17 @@ def _relative(path: Any, run_dir: Path) -> str | None:
         return str(Path(path).resolve().relative_to(run_dir.parent.resolve()))
     except ValueError:
         return str(path)
+
+
+def study_relative(value: Any) -> str | None:
+    """A run's file as a page may link it: a plain relative path inside the study directory (no scheme such as
+    `javascript:`, no `..`, not absolute, no control characters); anything else None."""
+    if not isinstance(value, str) or not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return None
+    parts = PurePosixPath(value).parts
+    if value.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts or "\\" in value:
+        return None
+    return value
 
 
 def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
