@@ -152,11 +152,37 @@ def reachable(address: str) -> None:
     if parts.scheme != "tcp" or not host or not port:
         raise GpulabError(f"--scheduler {address!r} is not tcp://HOST:PORT (a Dask scheduler, e.g. tcp://gpu1:8786)")
     try:
-        socket.create_connection((host, port), timeout=10).close()
+        with socket.create_connection((host, port), timeout=CONNECT_S) as sock:
+            first = _first_bytes(sock)
     except OSError as err:
         raise GpulabError(
             f"--scheduler {address}: nothing answers at {host}:{port} ({err.strerror or err}); {fix}"
         ) from None
+    # A Dask server speaks first: its handshake, framed by an 8-byte little-endian frame count. Anything else (an
+    # HTTP server waits for a request; an SSH server greets in text) would leave Dask's client retrying.
+    if len(first) < 8 or not 0 < int.from_bytes(first[:8], "little") < 1024:
+        raise GpulabError(
+            f"--scheduler {address}: {host}:{port} answers, but not as a Dask scheduler (is it the dashboard's "
+            f"port, or another service?); give the scheduler's port (8786 by default), or leave --scheduler out"
+        )
+
+
+CONNECT_S = 5.0  # a black hole (no answer at all) is refused after this long
+
+
+def _first_bytes(sock: socket.socket) -> bytes:
+    """Up to 8 bytes the server sends unasked within CONNECT_S (none: b"")."""
+    sock.settimeout(CONNECT_S)
+    data = b""
+    try:
+        while len(data) < 8:
+            chunk = sock.recv(8 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    return data
 
 
 def worker_labels(client: Any) -> list[str]:
