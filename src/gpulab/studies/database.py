@@ -112,6 +112,14 @@ def _legacy_rows(study_dir: Path, known: set[str], trust_pickles: bool) -> list[
     return rows
 
 
+def read_json_database(path: Path) -> Any:
+    """A psweep database's JSON copy (a list of rows) as psweep keeps a database; also `gpulab sweep`'s."""
+    data = _read_json_rows(path, "the psweep database", MAX_DATABASE_BYTES)
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise GpulabError(f"{path} is not a list of rows; the file is damaged: move it away")
+    return frame(data)
+
+
 def read_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
     """Every row of the study: database.json, then the saved rows of runs it does not hold yet. Writes nothing."""
     study_dir = Path(study_dir)
