@@ -124,7 +124,7 @@ def load_recorded(study_dir: Path) -> Study:
     from gpulab.studies.spec import load_study
 
     study_dir = Path(study_dir)
-    if not (study_dir / STUDY_YML).is_file() or not (study_dir / STUDY_JSON).is_file():
+    if not (study_dir / STUDY_YML).exists() or not (study_dir / STUDY_JSON).exists():  # not a file: refused below
         raise GpulabError(
             f"{study_dir} holds no study ({STUDY_YML} and {STUDY_JSON} are missing); give the directory "
             "`gpulab study run --study-dir` wrote"
