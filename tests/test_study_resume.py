@@ -77,7 +77,7 @@ def test_what_is_done_is_decided_from_every_row_however_its_session_typed_it():
 def _study_dir(tmp_path: Path) -> Path:
     out = tmp_path / "study"
     out.mkdir()
-    rows = [{"a": 1, "_pset_id": "p1", "status_": "ok"}, {"a": 2, "_pset_id": "p2", "status_": "ok"}]
+    rows = [{"a": k, "_pset_id": f"p{k}", "_run_id": "r1", "status_": "ok"} for k in (1, 2)]
     write_database(out, pd.DataFrame(rows, dtype=object))
     return out
 
@@ -92,7 +92,8 @@ def test_a_study_directory_is_read_as_data_never_unpickled_and_reading_writes_no
     mark = tmp_path / "payload-ran"
     monkeypatch.setenv("PAYLOAD_MARK", str(mark))
     (out / "database.pk").write_bytes(pickle.dumps(Payload()))  # a crafted pickle beside the JSON copy
-    save_row(out / "p3", {"a": 3, "_pset_id": "p3", "status_": "ok"})  # a run that finished after the session
+    # a run of the last session that finished (on a remote worker) after the session wrote the database
+    save_row(out / "p3", {"a": 3, "_pset_id": "p3", "_run_id": "r1", "status_": "ok"})
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     df = read_database(out)
     assert sorted(df["a"]) == [1, 2, 3] and not mark.exists()
