@@ -63,7 +63,10 @@ def frame(rows: list[dict[str, Any]]) -> Any:
 
     if not rows:
         return pd.DataFrame(dtype=object)
-    return ps.df_ensure_dtypes(pd.DataFrame(rows, dtype=object))
+    df = pd.DataFrame(rows, dtype=object)
+    if "_time_utc" in df.columns:  # psweep's start time, a Timestamp again (JSON holds it as ISO text)
+        df["_time_utc"] = pd.to_datetime(df["_time_utc"], format="ISO8601", errors="coerce").astype(object)
+    return ps.df_ensure_dtypes(df)
 
 
 def save_row(run_dir: Path, row: dict[str, Any]) -> None:

@@ -287,7 +287,8 @@ def _count(session: Session, df: Any, started: float) -> None:
         return
     import pandas as pd
 
-    mine = df[pd.to_datetime(df["_time_utc"]).map(lambda t: t.timestamp()) >= started - 1]
+    when = pd.to_datetime(df["_time_utc"], errors="coerce").map(lambda t: t.timestamp() if pd.notna(t) else 0.0)
+    mine = df[when >= started - 1]
     session.run_ids = sorted(set(map(str, mine["_run_id"])))
     status = list(mine.get("status_", []))
     session.ok = sum(1 for s in status if s == "ok")
