@@ -4,8 +4,10 @@ and the one list of operating systems the roles' metadata must repeat."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -222,3 +224,15 @@ def test_the_adapters_say_in_one_line_when_the_controller_lacks_gpulab():
         "run ansible-playbook from gpulab's virtual environment (pip install gpulab; ./bootstrap.sh sets it up)."
     )
     assert proc.stdout.count("\n") == 1
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_cli_refuses_a_vars_file_that_is_a_device_or_a_pipe_without_waiting(tmp_path, special):
+    path = special
+    if special == "fifo":
+        path = str(tmp_path / "vars.yml")
+        os.mkfifo(path)
+    started = time.monotonic()
+    proc = gpulab("--gpu", "P100", "--os", "debian12", "--vars", path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"gpulab: error: --vars {path} is a ")
+    assert time.monotonic() - started < 60

@@ -38,11 +38,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def _append_concurrently(report: Path, go: Path) -> None:
+def _append_concurrently(report: Path, go: Path, through: Path | None = None) -> None:
+    """PROCESSES children append at once; with `through`, every second one writes through that path instead."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(report), str(go), str(i)],
+            [sys.executable, "-c", CHILD, str(through if through and i % 2 else report), str(go), str(i)],
             env=env,
             stderr=subprocess.PIPE,
             text=True,
@@ -87,6 +88,18 @@ def test_eight_concurrent_processes_append_eight_results_every_time(tmp_path, st
             )
         # one lock file beside the report, no temporary files left behind
         assert sorted(p.name for p in report.parent.iterdir()) == [".same.json.lock", "same.json"]
+
+
+def test_writers_through_a_symbolic_link_and_the_real_path_share_one_lock_and_the_link_stays(tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    write_report(sample_report(), real)
+    link.symlink_to(real.name)
+    before = len(load_report(real).results)
+    _append_concurrently(real, tmp_path / "go", through=link)
+    workers = sorted(r.workload for r in load_report(real).results if r.workload.startswith("worker"))
+    assert workers == [f"worker{i}" for i in range(PROCESSES)]
+    assert len(load_report(real).results) == before + PROCESSES
+    assert link.is_symlink() and link.resolve() == real.resolve()
 
 
 def test_lock_file_sits_beside_the_report(tmp_path):

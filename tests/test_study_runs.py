@@ -107,12 +107,13 @@ def test_finished_runs_survive_a_lost_database(tmp_path):
     path = _study(tmp_path, "lost", vary={"mode": "grid", "params": {"tv_weight": [1, 10, 100]}})
     out = tmp_path / "out"
     assert gpulab("study", "run", str(path), "--study-dir", str(out)).returncode == 0
-    (out / "database.pk").unlink()  # as when a study is stopped before psweep writes its database
+    (out / "database.pk").unlink()  # as when a study is stopped before its database is written
     (out / "database.json").unlink()
-    df = load_database(out)  # the rows come back from psweep's per-run saves
-    assert len(df) == 3 and set(df["status_"]) == {"ok"} and (out / "database.pk").is_file()
+    df = load_database(out)  # the rows come back from the runs' own saves, and reading writes nothing
+    assert len(df) == 3 and set(df["status_"]) == {"ok"} and not (out / "database.json").exists()
     resumed = gpulab("study", "resume", str(out))
     assert resumed.returncode == 0 and "nothing to run" in resumed.stderr
+    assert len(json.loads((out / "database.json").read_text())) == 3  # the session wrote the rows it found
 
 
 def _free_port() -> int:

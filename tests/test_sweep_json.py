@@ -41,3 +41,22 @@ def test_failed_sweep_with_json_prints_nothing_on_stdout(tmp_path, stub_importab
     assert captured.out == ""
     errors = [line for line in captured.err.splitlines() if line.startswith("gpulab: error: ")]
     assert len(errors) == 1 and "1 of 1 sweep runs failed" in errors[0], captured.err
+
+
+def test_a_second_sweep_into_the_same_directory_keeps_both_sweeps_runs(tmp_path, stub_importable):
+    sweep_dir = tmp_path / "sw"
+    argv = ["sweep", "stub", "--gpus", "1", "--runs", "1", "--sweep-dir", str(sweep_dir), *STUB]
+    assert main(argv) == 0 and main(argv) == 0  # psweep's column check refused the second sweep's runs
+    rows = json.loads((sweep_dir / "database.json").read_text())
+    assert len(rows) == 2 and len({r["_run_id"] for r in rows}) == 2 and all(r["samples_per_s"] for r in rows)
+    assert not list(sweep_dir.glob(".*.tmp"))
+
+
+def test_a_sweep_directory_holding_only_a_pickle_is_refused_unread(tmp_path, stub_importable, capfd):
+    sweep_dir = tmp_path / "sw"
+    sweep_dir.mkdir()
+    (sweep_dir / "database.pk").write_bytes(b"\x80\x04cos\nsystem\n(Vtouch pwned\ntR.")  # os.system("touch pwned")
+    argv = ["sweep", "stub", "--gpus", "1", "--runs", "1", "--sweep-dir", str(sweep_dir), *STUB]
+    assert main(argv) == 2
+    assert "database.pk has no database.json beside it; move" in capfd.readouterr().err
+    assert not (Path.cwd() / "pwned").exists() and not (sweep_dir / "database.json").exists()

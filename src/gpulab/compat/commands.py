@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -326,10 +325,19 @@ def _os_choices() -> str:
     return ", ".join(o.os for o in platforms.provisioned())
 
 
+VARS_LIMIT = 4 << 20  # an inventory vars file is a few KiB
+
+
 def _read_vars(path: str) -> dict[str, Any]:
     """The inventory variables of --vars that the pre-flight reads; a value still holding Jinja is refused."""
+    from gpulab.paths import read_input_text
+
+    # A regular file of bounded size: a device (/dev/zero) or a FIFO is refused, not read without end.
+    text = read_input_text(
+        path, "--vars", "pass an inventory vars file (inventory/group_vars/all.yml)", limit=VARS_LIMIT
+    )
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise GpulabError(f"--vars {path}: not valid YAML ({err}); pass an inventory vars file") from err
     if data is None:

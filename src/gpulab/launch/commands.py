@@ -118,21 +118,41 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+INPUT_PARAMS = ("content", "style", "initial", "vgg_weights")  # workload parameters that name files read
+OUTPUT_PARAMS = ("output",)  # workload parameters that name files written
+
+
+def _param_paths(params: dict[str, Any], keys: tuple[str, ...]) -> list[Path]:
+    paths: list[Path] = []
+    for key in keys:
+        value = params.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item and item not in ("noise", "content", "style"):
+                paths.append(Path(item).expanduser())
+    return paths
+
+
 def check_outputs(args: argparse.Namespace) -> None:
-    """Before the first step: every output can be written, and an existing --report is a report to append to."""
-    from gpulab.paths import output_dir, output_file
+    """Before the first step: every output can be written, none is an input or another output, and an existing
+    --report is a report to append to."""
+    from gpulab.paths import Output, check_outputs, output_dir
 
+    params = parse_params(getattr(args, "param", None))
+    inputs: list[Path] = _param_paths(params, INPUT_PARAMS)
+    if getattr(args, "weights", None) is not None:
+        inputs.append(args.weights)
+    outputs = [Output(p, f"--param {k}", "output.png") for k in OUTPUT_PARAMS for p in _param_paths(params, (k,))]
     if args.report is not None:
-        output_file(args.report, "--report")
-        if args.report.exists():
-            from gpulab.report.io import load_report
+        outputs.append(Output(args.report, "--report", "report.json"))
+    if getattr(args, "save_weights", None) is not None:
+        outputs.append(Output(args.save_weights, "--save-weights", "weights.pt"))
+    check_outputs(outputs, inputs)
+    if args.report is not None and args.report.exists():
+        from gpulab.report.io import load_report
 
-            load_report(args.report)  # a file that is not a report is refused now, not after the training
+        load_report(args.report)  # a file that is not a report is refused now, not after the training
     if getattr(args, "sweep_dir", None) is not None:
         output_dir(args.sweep_dir, "--sweep-dir")
-    if getattr(args, "save_weights", None) is not None:
-        inputs = [args.weights] if getattr(args, "weights", None) is not None else []
-        output_file(args.save_weights, "--save-weights", inputs=inputs)
 
 
 def describe(result: Result) -> str:

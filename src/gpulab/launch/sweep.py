@@ -44,6 +44,7 @@ from gpulab.launch.common import jsonable, plan_batch
 from gpulab.launch.peers import mark_gone
 from gpulab.launch.spec import TimedResult, WorkerMessage
 from gpulab.report.model import Result
+from gpulab.studies.database import read_json_database, write_database
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 
@@ -178,7 +179,7 @@ def run_sweep(
     ordinals = list(range(gpus)) if on_gpu else []
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    _check_database(sweep_dir)
+    before = _read_database(sweep_dir)
     slots = [(f"cuda:{k}", backend.pin(k)) for k in ordinals] or [("cpu", "")] * gpus
     message = WorkerMessage(
         cfg, plan, "sweep", builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
@@ -214,12 +215,14 @@ def run_sweep(
                 # psweep's pool forks this (multi-threaded: CUDA, the sampler) process; Python 3.12+ warns about
                 # that. Its workers only start a subprocess and wait, touching no lock those threads hold.
                 warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-                df = psweep.run(func, psets, poolsize=gpus, calc_dir=str(sweep_dir), database_basename=DATABASE)
+                df = psweep.run(
+                    func, _with_columns(psets, before), df=before, poolsize=gpus, calc_dir=str(sweep_dir), save=False
+                )
         finally:
             if sampler is not None:
                 sampler.stop()
         wall = time.perf_counter() - start
-    psweep.df_write(str(sweep_dir / DATABASE_JSON), df, fmt="json")
+    write_database(sweep_dir, df)  # database.json and database.pk, each whole or not at all
     rows = df.tail(runs)
     run_id = str(rows["_run_id"].iloc[-1])
     failed = [(int(r["run_index"]), str(r["failure"])) for _, r in rows.iterrows() if _present(r["failure"])]
@@ -232,24 +235,28 @@ def run_sweep(
     return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, backend.name)
 
 
-def _check_database(sweep_dir: Path) -> None:
-    """An existing database must be psweep's, readable, before any run starts (new runs are added to it)."""
+def _read_database(sweep_dir: Path) -> Any:
+    """The rows earlier sweeps left in `sweep_dir` (new runs are added to them), read from database.json before any
+    run starts: data, never the pickle (unpickling a file runs the code it names)."""
     import pandas as pd
-    import psweep
 
-    path = sweep_dir / DATABASE
-    if not path.exists():
-        return
-    fix = f"move {path} away or pass another --sweep-dir"
-    if not path.is_file():
-        raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a file; {fix}")
-    try:
-        df = psweep.df_read(str(path))
-    except Exception as err:  # pickle and pandas raise many types for a damaged or foreign file
-        why = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a readable psweep database ({why}); {fix}") from None
-    if not isinstance(df, pd.DataFrame) or "_run_id" not in df.columns:
+    path, pickled = sweep_dir / DATABASE_JSON, sweep_dir / DATABASE
+    fix = f"move {sweep_dir / DATABASE} and {path.name} away or pass another --sweep-dir"
+    if not path.exists() and not path.is_symlink():
+        if pickled.exists() or pickled.is_symlink():
+            raise GpulabError(f"--sweep-dir {sweep_dir}: {pickled} has no {path.name} beside it; {fix}")
+        return pd.DataFrame(dtype=object)
+    df = read_json_database(path)
+    if len(df) and "_run_id" not in df.columns:
         raise GpulabError(f"--sweep-dir {sweep_dir}: {path} is not a psweep database (no _run_id column); {fix}")
+    return df
+
+
+def _with_columns(psets: list[dict[str, Any]], before: Any) -> list[dict[str, Any]]:
+    """The runs with every column earlier sweeps' rows have, empty: psweep refuses runs with fewer parameter
+    columns than its database has (a sweep's result columns are plain names, so psweep counts them as such)."""
+    cols = [c for c in before.columns if not str(c).startswith("_") and not str(c).endswith("_")]
+    return [{**dict.fromkeys(cols), **pset} for pset in psets]
 
 
 def _present(value: Any) -> bool:

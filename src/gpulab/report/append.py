@@ -91,7 +91,9 @@ def append_results(
     (a corrupt file is an error, never silently replaced); its fingerprint, checks, thresholds and the rest
     are kept. `host_load` (gpulab.report.hostload) is how busy the host was while `results` were measured.
     """
-    path = Path(path)
+    # The file, not the name: writers through a symbolic link and through the real path take one lock, and the
+    # link stays a link (the new report replaces the file it points to).
+    path = Path(os.path.realpath(path))
     with report_lock(path):
         # Read under the lock: a report another process wrote while this one waited is appended to.
         report = (

@@ -125,6 +125,11 @@ def atomic_write_text(path: Path, text: str) -> Path:
     A temporary file in the same directory is written, flushed and fsync'ed, then renamed over `path`.
     Parent directories are created.
     """
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """`atomic_write_text` for bytes (a pickle, an image)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -134,8 +139,8 @@ def atomic_write_text(path: Path, text: str) -> Path:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

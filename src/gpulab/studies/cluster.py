@@ -95,7 +95,9 @@ def slots(
 
 def _worker_options(slot: Slot) -> dict[str, Any]:
     # One thread: one run at a time per device. No memory limit: a GPU run's host memory is not Dask's to police.
-    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name}
+    # Ctrl-C is the study's (the parent's) to handle: the workers ignore it, the nanny stops them.
+    preload = ["gpulab.studies.worker_signals"]
+    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name, "preload": preload}
 
 
 @contextlib.contextmanager
@@ -106,7 +108,7 @@ def local_client(chosen: list[Slot]) -> Iterator[Any]:
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
     spec = {slot.name: {"cls": Nanny, "options": _worker_options(slot)} for slot in chosen}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0", "host": "127.0.0.1"}}
     with (
         SpecCluster(workers=spec, scheduler=scheduler, silence_logs=logging.ERROR) as cluster,
         Client(cluster) as client,
@@ -150,11 +152,37 @@ def reachable(address: str) -> None:
     if parts.scheme != "tcp" or not host or not port:
         raise GpulabError(f"--scheduler {address!r} is not tcp://HOST:PORT (a Dask scheduler, e.g. tcp://gpu1:8786)")
     try:
-        socket.create_connection((host, port), timeout=10).close()
+        with socket.create_connection((host, port), timeout=CONNECT_S) as sock:
+            first = _first_bytes(sock)
     except OSError as err:
         raise GpulabError(
             f"--scheduler {address}: nothing answers at {host}:{port} ({err.strerror or err}); {fix}"
         ) from None
+    # A Dask server speaks first: its handshake, framed by an 8-byte little-endian frame count. Anything else (an
+    # HTTP server waits for a request; an SSH server greets in text) would leave Dask's client retrying.
+    if len(first) < 8 or not 0 < int.from_bytes(first[:8], "little") < 1024:
+        raise GpulabError(
+            f"--scheduler {address}: {host}:{port} answers, but not as a Dask scheduler (is it the dashboard's "
+            f"port, or another service?); give the scheduler's port (8786 by default), or leave --scheduler out"
+        )
+
+
+CONNECT_S = 5.0  # a black hole (no answer at all) is refused after this long
+
+
+def _first_bytes(sock: socket.socket) -> bytes:
+    """Up to 8 bytes the server sends unasked within CONNECT_S (none: b"")."""
+    sock.settimeout(CONNECT_S)
+    data = b""
+    try:
+        while len(data) < 8:
+            chunk = sock.recv(8 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    return data
 
 
 def worker_labels(client: Any) -> list[str]:

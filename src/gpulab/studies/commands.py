@@ -85,12 +85,18 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
     try:
         with line:
             session = run_study(
-                study, study_dir, resume=resume, scheduler=scheduler, progress=progress, command=_command_line()
+                study,
+                study_dir,
+                resume=resume,
+                scheduler=scheduler,
+                progress=progress,
+                command=_command_line(),
+                trust_pickles=getattr(args, "trust_pickles", False),
             )
     except KeyboardInterrupt:
         print(
-            f"study {study.name}: interrupted; finished runs are kept in {study_dir}, "
-            f"`gpulab study resume {study_dir}` runs the rest",
+            f"gpulab: interrupted; finished runs are kept in {study_dir}, `gpulab study resume {study_dir}` runs the "
+            "rest",
             file=sys.stderr,
         )
         return 130
@@ -114,8 +120,60 @@ def _command_line() -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from gpulab.studies.report import write_report
 
-    html, md = write_report(Path(args.study_dir), html=args.html, md=args.md)
+    study_dir = Path(args.study_dir)
+    _check_report_outputs(study_dir, args.html, args.md)
+    if args.trust_pickles:
+        _migrate(study_dir)
+    html, md = write_report(study_dir, html=args.html, md=args.md)
     print(f"{html}\n{md}")
+    return 0
+
+
+def _check_report_outputs(study_dir: Path, html: Path | None, md: Path | None) -> None:
+    """The pages are refused where they would replace one of the study's own files (its database, study file, a
+    run's row or image): outputs go beside the study's files or elsewhere, never over them."""
+    from gpulab.paths import Output, OutputPathError, check_outputs
+
+    outputs = [Output(p, w, n) for p, w, n in ((html, "--html", "report.html"), (md, "--md", "report.md")) if p]
+    check_outputs(outputs, kind="file")
+    own = {study_dir.resolve() / name for name in ("report.html", "report.md")}
+    for out in outputs:
+        target = Path(out.path).resolve()
+        inside = target.is_relative_to(study_dir.resolve())
+        if inside and target not in own:
+            raise OutputPathError(
+                f"{out.what} {out.path} lies inside the study directory {study_dir}, among its data; write the page "
+                f"as {study_dir / out.name} (the default) or outside the directory"
+            )
+
+
+def _migrate(study_dir: Path) -> None:
+    """A directory an older gpulab left as pickles, read once on the user's word and written as database.json."""
+    from gpulab.studies.database import write_database
+    from gpulab.studies.runner import load_database
+
+    df = load_database(study_dir, trust_pickles=True)
+    if len(df):
+        write_database(study_dir, df)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from gpulab.studies import ledger
+    from gpulab.studies.runner import load_database, load_recorded
+
+    study_dir = Path(args.study_dir)
+    study = load_recorded(study_dir)
+    counts = ledger.counts(study, load_database(study_dir, trust_pickles=args.trust_pickles))
+    if args.json:
+        print(
+            json.dumps({"study": study.name, "variant": study.variant, "study_dir": str(study_dir), **counts.to_dict()})
+        )
+    else:
+        print(f"study {study.name}" + (f" ({study.variant})" if study.variant else "") + f": {counts.line()}")
+        if counts.failed or counts.missing:
+            print(f"`gpulab study resume {study_dir}` runs the {counts.failed + counts.missing} not done")
     return 0
 
 
@@ -184,6 +242,17 @@ def add_commands(sub: Any) -> None:
     report.add_argument("--html", type=Path, help="default STUDY_DIR/report.html")
     report.add_argument("--md", type=Path, help="default STUDY_DIR/report.md")
     report.set_defaults(func=cmd_report)
+
+    status = verbs.add_parser("status", help="a study directory's runs: planned, done, failed, missing, repeated")
+    status.add_argument("study_dir", type=Path)
+    status.add_argument("--json", action="store_true", help="the counts as one JSON object")
+    status.set_defaults(func=cmd_status)
+    for verb in (resume, report, status):
+        verb.add_argument(
+            "--trust-pickles",
+            action="store_true",
+            help="read the pickles an older gpulab left in the directory (a pickle can run code: only your own)",
+        )
 
     worker = verbs.add_parser("worker", help="serve a Dask scheduler with workers pinned one per GPU of this host")
     worker.add_argument("scheduler", help="the scheduler's address, tcp://HOST:8786")

@@ -1,8 +1,8 @@
 """How many of a session's runs have finished, while psweep waits on them, for the study's progress line.
 
-psweep saves each finished run to `tmpsave/<run id>/<pset id>.pk` in the study directory as it comes back, from
-the workers and from whole-machine runs alike, so the files that appeared since the session began are its finished
-runs. Remote workers save on their own hosts: there the count is what the Dask cluster holds results for.
+Each run saves its own row to `<run folder>/row.json` in the study directory the moment it finishes, on the workers
+and in whole-machine runs alike (studies.database), so the rows that appeared since the session began are its
+finished runs. Remote workers save on their own hosts: there the count is what the Dask cluster holds results for.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gpulab.studies.database import ROW_JSON
+
 POLL_S = 1.0
 
 Progress = Callable[[int, int], None]  # (finished, planned) of this session's runs
@@ -20,10 +22,10 @@ Progress = Callable[[int, int], None]  # (finished, planned) of this session's r
 
 def finished_counter(study_dir: Path, client: Any = None) -> Callable[[], int]:
     """A function counting this session's finished runs (saved runs that were not there when it was made)."""
-    saved = Path(study_dir) / "tmpsave"
+    study_dir = Path(study_dir)
 
     def files() -> set[Path]:
-        return set(saved.glob("*/*.pk")) if saved.is_dir() else set()
+        return set(study_dir.glob(f"*/{ROW_JSON}"))
 
     before = files()
 

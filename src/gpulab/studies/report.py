@@ -20,11 +20,11 @@ from typing import Any
 
 from gpulab.report.io import atomic_write_text
 from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
-from gpulab.studies import baselines
+from gpulab.studies import baselines, ledger
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
-from gpulab.studies.task import outcome
+from gpulab.studies.task import outcome, study_relative
 
 EXTRA_CSS = """
 .grid{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0 1rem}
@@ -111,7 +111,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 overhead_s=_num(row.get("overhead_s")),
                 final_loss=_num(row.get("final_loss")),
                 curve=_list(row.get("loss_curve")),
-                output=row.get("output") if isinstance(row.get("output"), str) else None,
+                output=study_relative(row.get("output")),  # never a link out of the study (javascript:, ../)
                 device=row.get("device") if isinstance(row.get("device"), str) else None,
                 worker=row.get("worker") if isinstance(row.get("worker"), str) else None,
                 started=_timestamp(started),
@@ -265,6 +265,7 @@ class StudyPage:
     baseline_line: str | None
     columns: list[str]
     gpu_use: list[tuple[Any, ...]] = field(default_factory=list)
+    counts_line: str | None = None  # planned, done, failed, missing, repeated (studies.ledger)
 
 
 def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -287,11 +288,13 @@ def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def build(study_dir: Path) -> StudyPage:
     study = load_recorded(study_dir)
-    runs = read_runs(load_database(study_dir), study)
+    df = load_database(study_dir)
+    runs = read_runs(df, study)
     sessions = read_sessions(study_dir)
     summary = summarise(runs, sessions)
-    line = baselines.compare_line(study, runs)
-    return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions))
+    line = baselines.compare_line(study, runs) if study.baseline else None
+    counts = ledger.summary_line(study, df)
+    return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions), counts)
 
 
 def to_markdown(page: StudyPage) -> str:
@@ -299,6 +302,7 @@ def to_markdown(page: StudyPage) -> str:
     out = [f"# Study {s.name}" + (f" ({s.variant})" if s.variant else ""), ""]
     if s.title:
         out += [s.title, ""]
+    out += [f"- {page.counts_line}"] if page.counts_line else []
     out += [f"- {headline(page.summary, s.whole_machine)}"]
     if page.baseline_line:
         out += [f"- {page.baseline_line}"]
@@ -340,6 +344,8 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     body = [f"<h1>{_e(title)}</h1>"]
     if s.title:
         body.append(f"<p class='run'>{_e(s.title)}</p>")
+    if page.counts_line:
+        body.append(f"<p class='headline'>{_e(page.counts_line)}</p>")
     body.append(f"<p class='headline'>{_e(headline(page.summary, s.whole_machine))}</p>")
     if page.baseline_line:
         body.append(f"<p class='headline'>{_e(page.baseline_line)}</p>")

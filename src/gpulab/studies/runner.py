@@ -1,18 +1,19 @@
 """`gpulab study run` / `resume`: a study's runs through psweep onto Dask workers, kept in one psweep database.
 
-The study directory holds `database.pk` (psweep's; also written as database.json), one folder per run named by
-its pset id (the style-transfer image, result.json, error.txt for a failed run), `study.json` (the study as run)
-and `sessions.json` (each `run`/`resume`: its psweep run id, workers, wall time, runs). psweep writes each
-finished run to `tmpsave/<run id>/` as it comes back, so a study stopped half-way (Ctrl-C, a lost machine) keeps
-what finished: `resume` first adds those rows, then runs the parameter sets with no successful row.
+The study directory holds `database.json` (the rows; psweep's `database.pk` beside it, never read: see
+studies.database), one folder per run named by its pset id (the style-transfer image, result.json, row.json,
+error.txt for a failed run), `study.json` (the study as run) and `sessions.json` (each `run`/`resume`: its psweep
+run id, workers, wall time, runs). Each run saves its row in its folder as it finishes, so a study stopped half-way
+(Ctrl-C, a lost machine) keeps what finished: the database is rewritten at the end of every session, interrupted
+ones too, and `resume` runs the planned runs with no successful row (studies.ledger decides which).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-import pickle
 import time
 import warnings
 from collections.abc import Iterator
@@ -21,21 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.interrupts import ctrl_c_held
 from gpulab.launch.common import jsonable, write_json_atomic
-from gpulab.studies import cluster
+from gpulab.paths import read_input_text
+from gpulab.report.io import atomic_write_text
+from gpulab.studies import cluster, ledger
+from gpulab.studies.database import DATABASE, DATABASE_JSON, read_database, write_database
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.progress import Progress, finished_counter, watching
-from gpulab.studies.psets import parameter_sets
 from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import NAMED_DATA, Study
 from gpulab.studies.task import run_pset
 
-DATABASE = "database.pk"
-DATABASE_JSON = "database.json"
+__all__ = ["DATABASE", "DATABASE_JSON", "load_database", "missing_sets", "run_study"]
 STUDY_JSON = "study.json"
 STUDY_YML = "study.yml"  # the study file as run (variant applied): what `resume DIR` reads
 SESSIONS_JSON = "sessions.json"
 ALL_GPUS_ENV = "GPULAB_STUDY_ALL_GPUS"  # the machine's GPU count, for runs with gpus: all
+MAX_RECORD_BYTES = 64 << 20
 
 
 @dataclass
@@ -72,10 +76,9 @@ def _check_dir(study: Study, study_dir: Path, resume: bool) -> None:
         if resume:
             raise GpulabError(f"{study_dir} holds no study to resume; start it with `gpulab study run`")
         return
-    try:
-        before = json.loads(recorded.read_text())
-    except (OSError, ValueError):
-        raise GpulabError(f"{recorded} is not readable; move {study_dir} away or pass another --study-dir") from None
+    before = _json_file(recorded, "the recorded study")
+    if not isinstance(before, dict):
+        raise GpulabError(f"{recorded} is not a study record; move {study_dir} away or pass another --study-dir")
     if before.get("name") != study.name or before.get("variant") != study.variant:
         raise GpulabError(
             f"{study_dir} holds study {before.get('name')!r} (variant {before.get('variant')}), not {study.name!r} "
@@ -102,9 +105,16 @@ def _write_document(path: Path, study: Study) -> None:
 
     head = f"# study {study.name}" + (f", variant {study.variant}" if study.variant else "")
     head += f", from {study.path}\n" if study.path else "\n"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(head + yaml.safe_dump(jsonable(study.document), sort_keys=False))
-    tmp.replace(path)
+    atomic_write_text(path, head + yaml.safe_dump(jsonable(study.document), sort_keys=False))
+
+
+def _json_file(path: Path, what: str) -> Any:
+    """A JSON file of the study directory: a regular file (a FIFO or device is refused, not waited on), bounded."""
+    text = read_input_text(path, what, "the study directory is damaged: move it away", limit=MAX_RECORD_BYTES)
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise GpulabError(f"{path} is not JSON ({err}); the study directory is damaged: move it away") from None
 
 
 def load_recorded(study_dir: Path) -> Study:
@@ -114,84 +124,37 @@ def load_recorded(study_dir: Path) -> Study:
     from gpulab.studies.spec import load_study
 
     study_dir = Path(study_dir)
-    if not (study_dir / STUDY_YML).is_file() or not (study_dir / STUDY_JSON).is_file():
+    if not (study_dir / STUDY_YML).exists() or not (study_dir / STUDY_JSON).exists():  # not a file: refused below
         raise GpulabError(
             f"{study_dir} holds no study ({STUDY_YML} and {STUDY_JSON} are missing); give the directory "
             "`gpulab study run --study-dir` wrote"
         )
-    try:
-        record = json.loads((study_dir / STUDY_JSON).read_text())
-    except ValueError as err:
-        raise GpulabError(f"{study_dir / STUDY_JSON} is not JSON ({err}); the directory is damaged") from None
+    record = _json_file(study_dir / STUDY_JSON, "the recorded study")
+    if not isinstance(record, dict):
+        raise GpulabError(f"{study_dir / STUDY_JSON} is not a study record; the directory is damaged")
     study = load_study(study_dir / STUDY_YML)
     path = record.get("path")
     return dataclasses.replace(study, variant=record.get("variant"), path=Path(path) if path else study.path)
 
 
-def load_database(study_dir: Path) -> Any:
-    """The study's psweep database with the rows of interrupted sessions recovered from psweep's tmpsave."""
-    import pandas as pd
-    import psweep as ps
-
-    path = study_dir / DATABASE
-    df = _read(path, study_dir / DATABASE_JSON) if path.exists() else pd.DataFrame()
-    known = set(df["_run_id"]) if "_run_id" in df.columns else set()
-    rows = []
-    tmp = study_dir / "tmpsave"
-    for run_dir in sorted(tmp.iterdir()) if tmp.is_dir() else []:
-        if run_dir.name in known:
-            continue
-        for pk in sorted(run_dir.glob("*.pk")):
-            with pk.open("rb") as fh:
-                rows.append(pickle.load(fh))
-    if rows:
-        df = ps.df_ensure_dtypes(pd.concat((df, pd.DataFrame(rows, dtype=object)), ignore_index=True, sort=False))
-        ps.df_write(str(path), df)
-    return df
-
-
-def _read(path: Path, json_copy: Path) -> Any:
-    """psweep's pickle; its JSON copy where the pickle needs what this machine lacks (a study made elsewhere, with
-    pandas on pyarrow, read here without it)."""
-    import psweep as ps
-
-    try:
-        return ps.df_read(str(path))
-    except (ImportError, AttributeError, TypeError, ValueError) as err:
-        if not json_copy.is_file():
-            raise GpulabError(f"{path} cannot be read here ({err}) and {json_copy.name} is missing") from None
-        return ps.df_read(str(json_copy), fmt="json")
-
-
-def _washed(psets: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The psets as psweep will store them (its dtype round trip), each with the `_pset_hash` psweep gives it."""
-    import pandas as pd
-    import psweep as ps
-
-    washed = ps.df_extract_dicts(ps.df_ensure_dtypes(pd.DataFrame(psets, dtype=object)), py_types=False)
-    for pset in washed:
-        pset["_pset_hash"] = ps.pset_hash(pset)
-    return list(washed)
+def load_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
+    """Every row of the study (database.json and the rows its runs saved since); reads only, writes nothing."""
+    return read_database(Path(study_dir), trust_pickles=trust_pickles)
 
 
 def missing_sets(study: Study, df: Any) -> tuple[list[dict[str, Any]], int]:
-    """(the parameter sets with no successful row, how many the study has)."""
-    psets = parameter_sets(study)
-    done: set[str] = set()
-    if len(df) and "_pset_hash" in df.columns and "status_" in df.columns:
-        done = {h for h, s in zip(df["_pset_hash"], df["status_"], strict=True) if s == "ok"}
-    todo = [p for p, w in zip(psets, _washed(psets), strict=True) if w["_pset_hash"] not in done]
-    return todo, len(psets)
+    """(the planned runs with no successful row, how many the study plans)."""
+    return ledger.todo(study, df)
 
 
-def _psweep_run(psets: list[dict[str, Any]], study_dir: Path, **how: Any) -> Any:
+def _psweep_run(psets: list[dict[str, Any]], study_dir: Path, df: Any, **how: Any) -> Any:
+    """psweep runs `psets` after the rows of `df` (handed over: psweep would otherwise unpickle database.pk); the
+    database is written here, not by psweep, and each run saves its own row (no pickles)."""
     import psweep as ps
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-        return ps.run(
-            run_pset, psets, calc_dir=str(study_dir), database_basename=DATABASE, tmpsave=True, save=True, **how
-        )
+        return ps.run(run_pset, psets, df=df, calc_dir=str(study_dir), database_basename=DATABASE, save=False, **how)
 
 
 def run_study(
@@ -202,6 +165,7 @@ def run_study(
     scheduler: str | None = None,
     progress: Progress | None = None,
     command: str | None = None,
+    trust_pickles: bool = False,
 ) -> Session:
     """Run the study's missing runs; every run (failed ones too) becomes a row of the database."""
     study_dir = Path(study_dir).resolve()
@@ -214,15 +178,19 @@ def run_study(
         _check_data(study)
         if not study.whole_machine:
             chosen = cluster.slots(study.workers, study.threads)
+    df = load_database(study_dir, trust_pickles=trust_pickles) if study_dir.is_dir() else None
     study_dir.mkdir(parents=True, exist_ok=True)
     study = with_generated_data(study, study_dir)
-    df = load_database(study_dir)
+    if df is None:
+        df = load_database(study_dir)
     todo, total = missing_sets(study, df)
     write_json_atomic(study_dir / STUDY_JSON, study_record(study))
     _write_document(study_dir / STUDY_YML, study)
     started, clock = time.time(), time.perf_counter()
     session = Session([], started, 0.0, [], len(todo), 0, 0, scheduler or "local")
     if not todo:
+        if len(df):
+            write_database(study_dir, df)  # rows the runs saved after the last session ended join the record
         session.notes.append(f"nothing to run: all {total} runs of {study.name} have a successful row")
         return _close(study_dir, session, clock)
     try:
@@ -232,26 +200,32 @@ def run_study(
             session.workers = [g[2] for g in gpus] or ["cpu"]
             os.environ[ALL_GPUS_ENV] = str(max(1, len(gpus)))
             with watching(finished_counter(study_dir), len(todo), progress):
-                df = _psweep_run(todo, study_dir)
+                df = _psweep_run(todo, study_dir, df)
         else:
             with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
                 with watching(finished_counter(study_dir, client), len(todo), progress):
-                    df = _psweep_run(todo, study_dir, dask_client=client)
+                    df = _psweep_run(todo, study_dir, df, dask_client=client)
     except KeyboardInterrupt:
         session.interrupted = True
-        df = load_database(study_dir)
-        _count(session, df, started)
-        _close(study_dir, session, clock)
+        with ctrl_c_held():  # a second Ctrl-C waits for the record of what finished
+            df = load_database(study_dir)
+            write_database(study_dir, df)
+            _count(session, df, started)
+            _close(study_dir, session, clock)
         raise
+    write_database(study_dir, df)
+    df = load_database(study_dir)  # the rows as the next session reads them (and any a late run saved)
     _count(session, df, started)
-    _write_json_db(study_dir, df)
     write_study_report(study_dir, study, df, command)
     return _close(study_dir, session, clock)
 
 
 @contextlib.contextmanager
 def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterator[Any]:
+    # A Ctrl-C leaves the client's gather tasks failed with AllExit, which asyncio logs as "never retrieved" when
+    # they are collected: the interruption is told in one line, not in their tracebacks.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     if scheduler:
         with cluster.remote_client(scheduler) as client:
             yield client
@@ -285,23 +259,18 @@ def _count(session: Session, df: Any, started: float) -> None:
         return
     import pandas as pd
 
-    mine = df[pd.to_datetime(df["_time_utc"]).map(lambda t: t.timestamp()) >= started - 1]
+    when = pd.to_datetime(df["_time_utc"], errors="coerce").map(lambda t: t.timestamp() if pd.notna(t) else 0.0)
+    mine = df[when >= started - 1]
     session.run_ids = sorted(set(map(str, mine["_run_id"])))
     status = list(mine.get("status_", []))
     session.ok = sum(1 for s in status if s == "ok")
     session.failed = sum(1 for s in status if s == "failed")
 
 
-def _write_json_db(study_dir: Path, df: Any) -> None:
-    import psweep as ps
-
-    ps.df_write(str(study_dir / DATABASE_JSON), df, fmt="json")
-
-
 def _close(study_dir: Path, session: Session, clock: float) -> Session:
     session.wall_s = round(time.perf_counter() - clock, 3)
     path = study_dir / SESSIONS_JSON
-    sessions = json.loads(path.read_text()) if path.exists() else []
+    sessions = read_sessions(study_dir)
     sessions.append(jsonable(asdict(session)))
     write_json_atomic(path, sessions)
     return session
@@ -309,4 +278,5 @@ def _close(study_dir: Path, session: Session, clock: float) -> Session:
 
 def read_sessions(study_dir: Path) -> list[dict[str, Any]]:
     path = Path(study_dir) / SESSIONS_JSON
-    return list(json.loads(path.read_text())) if path.exists() else []
+    sessions = _json_file(path, "the study's sessions") if path.exists() else []
+    return [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []

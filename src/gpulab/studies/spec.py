@@ -28,6 +28,7 @@ whole-machine launcher, `launcher` and `gpus`. Every problem is reported at once
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
 
 MAX_STUDY_BYTES = 1 << 20
+MAX_RUNS = 20_000  # a study's runs (sets × repeat): beyond, a mistake in the file, refused before any work
+MACHINE_PARAMS = ("launcher", "gpus")  # varied with a whole-machine launcher
 NAMED_DATA = ("digits", "generated")  # scikit-learn's digits; a small set made in the study directory
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MODES = ("star", "grid", "zip")
@@ -119,12 +122,31 @@ def load_study(path: Path, variant: str | None = None) -> Study:
     where = f"study file {shown(Path(path))}"
     text = read_input_text(path, "study file", f"give the path of a study file (YAML, {HINT})", limit=MAX_STUDY_BYTES)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
     except yaml.YAMLError as err:
         raise GpulabError(f"{where} is not valid YAML: {yaml_problem(err)}; fix it ({HINT})") from None
     except RecursionError:
         raise GpulabError(f"{where} is nested too deeply to be a study file; {HINT}") from None
     return study_from_dict(data, where=where, variant=variant, base_dir=Path(path).resolve().parent, path=Path(path))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def study_from_dict(
@@ -184,6 +206,9 @@ def study_from_dict(
     if ("launcher" in vary.params or "gpus" in vary.params) and launcher == WORKER:
         problems.append("vary: launcher/gpus are varied, so set launcher: to the first one's launcher (e.g. gpu)")
     data_path = _data_path(data.get("data"), base_dir, problems)
+    if isinstance(workload, str) and workload:
+        _check_params(workload, fixed, vary, problems)
+    _check_size(vary, data.get("repeat", 1), problems)
     if problems:
         head = f"{where}" + (f" (variant {variant})" if variant else "")
         if len(problems) == 1:
@@ -213,6 +238,65 @@ def study_from_dict(
         path=path,
         document={**data, **({"data": str(data_path)} if data_path is not None else {})},
     )
+
+
+def _workload_params(workload: str) -> set[str] | None:
+    """The parameters the workload takes (its DEFAULTS); None for a workload gpulab does not have."""
+    import importlib
+
+    from gpulab.workloads import WORKLOADS
+
+    if workload not in WORKLOADS:
+        return None
+    return set(importlib.import_module(f"gpulab.workloads.{workload}").DEFAULTS)
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def _check_params(workload: str, fixed: dict[str, Any], vary: Vary, problems: list[str]) -> None:
+    """Every parameter one the workload takes (or a run field), every value a finite one, no `output`."""
+    from gpulab.workloads import WORKLOADS
+
+    known = _workload_params(workload)
+    if known is None:
+        problems.append(f"workload: {workload!r} is not one of {', '.join(WORKLOADS)}")
+        return
+    allowed = known | set(RUN_FIELDS) | set(MACHINE_PARAMS)
+    for where, params in (("fixed", fixed), ("vary.params", vary.params)):
+        unknown = sorted(str(k) for k in params if k not in allowed)
+        if unknown:
+            named = ", ".join(sorted(known - {"output"}))
+            problems.append(f"{where}: unknown parameter(s) {', '.join(unknown)} for {workload}; known: {named}")
+        if "output" in params:
+            problems.append(
+                f"{where}: output is the study's to choose (each run's image goes in its run folder); drop it"
+            )
+        bad = sorted(str(k) for k, v in params.items() if not _finite(v))
+        if bad:
+            problems.append(f"{where}: {', '.join(bad)}: NaN or infinity is not a parameter value; give a number")
+
+
+def _check_size(vary: Vary, repeat: Any, problems: list[str]) -> None:
+    lengths = [len(v) for v in vary.params.values()]
+    if not lengths:
+        sets = 1
+    elif vary.mode == "grid":
+        sets = math.prod(lengths)
+    elif vary.mode == "star":
+        sets = sum(lengths)
+    else:
+        sets = max(lengths)
+    runs = sets * (repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1)
+    if runs > MAX_RUNS:
+        problems.append(f"the study has {runs} runs, more than {MAX_RUNS}; vary fewer values (or split the study)")
 
 
 def _apply_variant(data: dict[str, Any], variant: str | None, where: str) -> dict[str, Any]:
@@ -281,6 +365,9 @@ def _spaced(key: str, spec: dict[str, Any], problems: list[str]) -> list[float] 
     if not ok:
         problems.append(f"vary.params.{key}.{kind}: expected [first, last, count ≥ 2] (positive ends for logspace)")
         return None
+    if args[2] > MAX_RUNS:
+        problems.append(f"vary.params.{key}.{kind}: {args[2]} values, more than a study's {MAX_RUNS} runs")
+        return None
     a, b, n = float(args[0]), float(args[1]), int(args[2])
     if kind == "linspace":
         values = [a + (b - a) * k / (n - 1) for k in range(n)]
@@ -343,6 +430,10 @@ def with_overrides(study: Study, params: dict[str, Any], data: Path | None) -> S
 
     if not params and data is None:
         return study
+    problems: list[str] = []
+    _check_params(study.workload, params, Vary(), problems)
+    if problems:
+        raise GpulabError("--param " + problems[0].removeprefix("fixed: ") + f"; {HINT}")
     varied = sorted(set(params) & set(study.vary.params))
     if varied:
         raise GpulabError(f"--param {', '.join(varied)}: the study varies it; set other parameters, or edit the file")

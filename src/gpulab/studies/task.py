@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpulab import names
@@ -46,6 +46,7 @@ def _missing(value: Any) -> bool:
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
     from gpulab.launch.common import jsonable
+    from gpulab.studies.database import save_row
 
     started = time.time()
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
@@ -66,7 +67,9 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     timed = facts.get("timed_s")
     facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
     (run_dir / RESULT).write_text(json.dumps(jsonable(facts), indent=1))
-    return {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
+    results = {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
+    save_row(run_dir, {**pset, **results})  # the row outlives a stopped session: the next read of the database adds it
+    return results
 
 
 def outcome(row: Any) -> dict[str, Any]:
@@ -242,6 +245,17 @@ def _relative(path: Any, run_dir: Path) -> str | None:
         return str(Path(path).resolve().relative_to(run_dir.parent.resolve()))
     except ValueError:
         return str(path)
+
+
+def study_relative(value: Any) -> str | None:
+    """A run's file as a page may link it: a plain relative path inside the study directory (no scheme such as
+    `javascript:`, no `..`, not absolute, no control characters); anything else None."""
+    if not isinstance(value, str) or not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return None
+    parts = PurePosixPath(value).parts
+    if value.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts or "\\" in value:
+        return None
+    return value
 
 
 def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
