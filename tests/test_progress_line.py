@@ -63,15 +63,15 @@ def test_an_estimate_replaces_the_pace():
 
 
 def test_the_study_counter_counts_runs_saved_this_session(tmp_path):
-    old = tmp_path / "tmpsave" / "old-run"
-    old.mkdir(parents=True)
-    (old / "a.pk").write_bytes(b"x")  # an earlier session's run: not this one's
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "row.json").write_text("{}")  # an earlier session's run: not this one's
     count = finished_counter(tmp_path)
     assert count() == 0
-    new = tmp_path / "tmpsave" / "new-run"
-    new.mkdir()
     for name in ("b", "c"):
-        (new / f"{name}.pk").write_bytes(b"x")
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "row.json").write_text("{}")
+    (tmp_path / "d").mkdir()  # a run still going: its folder, no row yet
     assert count() == 2
 
 
