@@ -176,7 +176,10 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         if not _missing(pset.get("epochs")):
             return _epochs_here(pset, cfg, device)
         losses: list[Any] = []
-        session, timing, finish = run_session(cfg, device, plan_batch(cfg, 1), losses=losses)
+        marks: list[float] = []  # when the timed loop began: the window a packing probe reads NVML over
+        session, timing, finish = run_session(
+            cfg, device, plan_batch(cfg, 1), losses=losses, before_timed=lambda: marks.append(time.time())
+        )
         used_threads = torch.get_num_threads()
     facts: dict[str, Any] = {
         "precision_used": cfg.precision,
@@ -189,11 +192,22 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "threads": used_threads,
         "weights": session.info.get("weights"),
         "data_used": session.info.get("data"),
+        "loop_started": marks[0] if marks else None,
     }
     if device.startswith("cuda"):
         facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
+        facts.update(gpu_footprint(torch))
     del session
     return facts
+
+
+def gpu_footprint(torch: Any) -> dict[str, float]:
+    """This process's hold on its GPU (its context, cached blocks and the run's peak beyond them) and the GPU's
+    memory, in MiB: what a study packing several runs per GPU sizes from (gpulab.studies.packing)."""
+    free, total = torch.cuda.mem_get_info(0)
+    reserved, peak = torch.cuda.memory_reserved(0), torch.cuda.max_memory_reserved(0)
+    used = total - free + max(0, peak - reserved)  # blocks freed back to the driver during the run count too
+    return {"gpu_process_mib": round(used / 2**20, 1), "gpu_total_mib": round(total / 2**20, 1)}
 
 
 def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
