@@ -4,6 +4,7 @@ torch.cuda's memory calls are stood in for at their boundary; Dask, the workers 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def _gpus(monkeypatch: pytest.MonkeyPatch, count: int, util: float = 60) -> list
         GpuInfo(k, "NVIDIA H100 80GB HBM3", f"GPU-f00d{k}", f"0000:{k + 0x1B:02x}:00.0", "10de:2330")
         for k in range(count)
     ]
+    infos = [dataclasses.replace(g, memory_total_mib=int(H100_MIB)) for g in infos]
     fake = FakeNvml(util, gpus=count)
     monkeypatch.setattr(nvml, "load_nvml", lambda: (fake, None))
     monkeypatch.setattr(nvml, "query", lambda: SimpleNamespace(gpus=infos))
@@ -93,13 +95,21 @@ def test_per_gpu_is_auto_by_default_an_integer_when_given_and_anything_else_is_o
     assert proc.returncode == 2 and "--per-gpu: '0' is not auto or a whole number ≥ 1" in proc.stderr
 
 
-def test_packed_workers_share_their_gpus_pin_and_cpu_workers_are_never_packed(monkeypatch):
+def test_packed_workers_share_their_gpus_pin_and_memory_and_cpu_workers_are_never_packed(monkeypatch):
+    from gpulab.launch.common import MEMORY_LIMIT_ENV
+
     slots = _gpus(monkeypatch, 2)
-    workers = packing.packed(slots, 3)
+    monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
+    workers = packing.packed(slots, 3, packing.gpu_totals())
     assert [w.name for w in workers] == ["gpu0", "gpu0.1", "gpu0.2", "gpu1", "gpu1.1", "gpu1.2"]
     assert {w.env["CUDA_VISIBLE_DEVICES"] for w in workers[:3]} == {"GPU-f00d0"}
     assert {w.env["CUDA_VISIBLE_DEVICES"] for w in workers[3:]} == {"GPU-f00d1"}
     assert [packing.gpu_index(w.name) for w in workers] == [0, 0, 0, 1, 1, 1]
+    # A third of 90 % of the H100 each: the autotuner's trial workspaces stay within a worker's share.
+    assert {w.env[MEMORY_LIMIT_ENV] for w in workers} == {f"{0.9 * H100_MIB / 1024 / 3:.2f}"}
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "12")  # a smaller card's size, asked for: kept where it is smaller
+    assert {w.env[MEMORY_LIMIT_ENV] for w in packing.packed(slots, 3, packing.gpu_totals())} == {"12.00"}
+    assert MEMORY_LIMIT_ENV not in packing.packed(slots, 1, packing.gpu_totals())[0].env
     cpu = cluster.slots(1, 1, gpus=[])
     assert packing.packed(cpu, 4) == cpu
     chosen, todo, record = packing.plan("auto", cpu, [{"a": 1}] * 3, [], run=lambda p, c: pytest.fail("no probe"))
@@ -143,12 +153,12 @@ def _slot() -> cluster.Slot:
 def test_a_runs_footprint_counts_its_context_cache_and_peak():
     """task.gpu_footprint against torch.cuda's memory calls (the CUDA boundary), and the probe reading its columns."""
     cuda = SimpleNamespace(
-        mem_get_info=lambda d: (int((H100_MIB - 2100) * MIB), int(H100_MIB * MIB)),  # the process holds 2100 MiB
-        memory_reserved=lambda d: 1500 * MIB,
-        max_memory_reserved=lambda d: 1900 * MIB,  # 400 MiB went back to the driver before the end
+        mem_get_info=lambda d: (int((H100_MIB - 34500) * MIB), int(H100_MIB * MIB)),  # the process holds 34500 MiB
+        memory_reserved=lambda d: 34000 * MIB,  # most of it cached by the autotuner of the worker's first run
+        max_memory_allocated=lambda d: 2000 * MIB,  # what this run's loop needed at most
     )
     facts = task.gpu_footprint(SimpleNamespace(cuda=cuda))
-    assert facts == {"gpu_process_mib": 2500.0, "gpu_total_mib": H100_MIB}
+    assert facts == {"gpu_process_mib": 2500.0, "gpu_total_mib": H100_MIB}  # context 500 + peak 2000
     row = {f"{k}_": v for k, v in {**facts, "timed_s": 6.1}.items()}
     assert packing.probe_from(row, 0.6) == Probe(2500.0, H100_MIB, 0.6, 6.1)
 
@@ -183,20 +193,22 @@ def _run_on(client: Any, psets: list[dict[str, Any]]) -> Any:
 
 
 def test_auto_probes_one_run_per_gpu_then_packs_workers_that_run_at_once(monkeypatch):
-    """The probe runs on one real worker per GPU while the (NVML) sampler reads the GPU 60 % busy; memory then holds
-    three runs of 20 000 MiB, so three workers share each GPU pin, and four runs on them overlap in time."""
+    """The probe's two runs go one after the other to one real worker per GPU while the (NVML) sampler reads the GPU
+    60 % busy; the second run's footprint counts (the first paid for autotuning), memory holds three runs of
+    20 000 MiB, so three workers share each GPU pin, and their runs overlap in time."""
     slots = _gpus(monkeypatch, 1, util=60)
     monkeypatch.setattr(packing.os, "cpu_count", lambda: 16)  # sizing as on a GPU host's cores
-    todo = [{"seconds": 1.5, "footprint": 20000.0, "k": k} for k in range(4)]
+    todo = [{"seconds": 1.0, "footprint": 40000.0 if k == 0 else 20000.0, "k": k} for k in range(6)]
     chosen, rest, record = packing.plan("auto", slots, todo, [], run=lambda psets, client: _run_on(client, psets))
-    assert record["probe_runs"] == 1 and len(rest) == 3
-    assert record["probe"][0]["busy"] == pytest.approx(0.6) and record["probe"][0]["footprint_mib"] == 20000.0
+    assert record["probe_runs"] == 2 and len(rest) == 4
+    assert record["probe"] == [{"footprint_mib": 20000.0, "total_mib": H100_MIB, "busy": pytest.approx(0.6),
+                                "run_s": 1.0}]  # fmt: skip
     assert record["per_gpu"] == 3 and "60% busy: 4" in record["why"]
     assert "memory holds 3 (20000 MiB each)" in record["why"]
     assert [w.name for w in chosen] == ["gpu0", "gpu0.1", "gpu0.2"]
     with cluster.local_client(chosen) as client:
         assert len(cluster.worker_labels(client)) == 3
-        df = _run_on(client, [{**p, "seconds": 3.0} for p in todo])
+        df = _run_on(client, [{**p, "seconds": 3.0} for p in rest[:3]])
     assert set(df["pinned"]) == {"GPU-f00d0"} and df["pid"].nunique() == 3
     windows = sorted(zip(df["loop_started_"], df["ended"], strict=True))
     at_once = max(sum(1 for s, e in windows if s <= t < e) for t, _ in windows)

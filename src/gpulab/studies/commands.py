@@ -122,9 +122,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from gpulab.studies import cluster
-    from gpulab.studies.packing import packed
+    from gpulab.studies.packing import gpu_totals, packed
 
-    chosen = packed(cluster.slots(args.workers, args.threads, host=cluster.this_host()), args.per_gpu)
+    slots = cluster.slots(args.workers, args.threads, host=cluster.this_host())
+    chosen = packed(slots, args.per_gpu, gpu_totals())
     names = ", ".join(s.label for s in chosen)
     print(f"study workers for {args.scheduler}: {names} (Ctrl-C stops them)", file=sys.stderr)
     try:

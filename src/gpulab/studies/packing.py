@@ -4,13 +4,16 @@ One style-transfer run keeps an H100 only about two thirds busy: between its ker
 Python and launches. Runs in other processes fill those gaps (the CUDA driver time-slices their contexts), so a
 study packs several workers onto each GPU, every one pinned to the same UUID, and Dask hands each the next run.
 
-`auto` (the default) sizes the packing from a probe: the study's first runs, one per GPU, on one worker per GPU.
-Each run records its process's share of GPU memory and the time window of its timed loop; NVML, sampled meanwhile,
+`auto` (the default) sizes the packing from a probe: the study's first runs, two per GPU one after the other on
+one worker per GPU; the second of each is measured (the first pays for cuDNN's autotuning and the worker's start).
+Each run records what it needs of the GPU's memory and the time window of its timed loop; NVML, sampled meanwhile,
 gives how busy the GPU was in that window. The count is the smallest k whose runs, their idle gaps independent,
 leave the GPU idle less than 1 − TARGET_BUSY of the time (1 − (1 − busy)^k ≥ TARGET_BUSY), no more than the
 GPU's memory holds (MEMORY_SHARE of it, at the probe's footprint per process), the host's cores per GPU, or
 MAX_AUTO. A resumed study reuses the count its earlier session sized. `1` is one worker per GPU, as before;
-CPU workers are never packed (their count already spends the cores).
+CPU workers are never packed (their count already spends the cores). Packed workers each get an equal share of
+MEMORY_SHARE of their GPU as torch's memory cap (GPULAB_GPU_MEMORY_LIMIT_GIB, or the user's smaller one): the
+autotuner then tries only workspaces within a worker's share, and no worker's cache starves the others.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ TARGET_BUSY = 0.97
 MEMORY_SHARE = 0.9  # of a GPU's memory for the packed runs: the rest for fragmentation and other tenants
 MAX_AUTO = 6  # more contexts than this only add switching (an H100 measured 1.56× at 4, the gain flattening)
 UNKNOWN_BUSY_PER_GPU = 2  # where NVML could not say how busy the probe kept the GPU
+PROBE_RUNS = 2  # per GPU; the last one is measured
 HINT = "give auto or a whole number ≥ 1 (1: one run per GPU at a time)"
 
 
@@ -42,14 +46,31 @@ def per_gpu_value(value: Any) -> int | str:
     return int(value)
 
 
-def packed(slots: Sequence[Any], per_gpu: int) -> list[Any]:
-    """`per_gpu` workers for each GPU slot (named gpu0, gpu0.1, ..., all pinned as the slot is); CPU slots as given."""
+def packed(slots: Sequence[Any], per_gpu: int, totals_mib: dict[str, float] | None = None) -> list[Any]:
+    """`per_gpu` workers for each GPU slot (named gpu0, gpu0.1, ..., all pinned as the slot is), each capped to its
+    share of the GPU's memory where `totals_mib` (by UUID) knows it; CPU slots as given."""
+    from gpulab.launch.common import MEMORY_LIMIT_ENV, memory_limit_gib
+
     out: list[Any] = []
     for slot in slots:
+        if not slot.gpu or per_gpu <= 1:
+            out.append(slot)
+            continue
+        total = (totals_mib or {}).get(slot.env.get("CUDA_VISIBLE_DEVICES", ""))
+        if total:
+            share = MEMORY_SHARE * total / 1024 / per_gpu
+            given = memory_limit_gib()
+            slot = replace(slot, env={**slot.env, MEMORY_LIMIT_ENV: f"{min(share, given or share):.2f}"})
         out.append(slot)
-        if slot.gpu:
-            out.extend(replace(slot, name=f"{slot.name}.{k}") for k in range(1, per_gpu))
+        out.extend(replace(slot, name=f"{slot.name}.{k}") for k in range(1, per_gpu))
     return out
+
+
+def gpu_totals() -> dict[str, float]:
+    """Each visible GPU's memory in MiB by UUID, as NVML reports it."""
+    from gpulab.studies import cluster
+
+    return {g.uuid: float(g.memory_total_mib) for g in cluster.visible_gpu_infos() if g.memory_total_mib}
 
 
 def gpu_index(name: str) -> int | None:
@@ -130,22 +151,25 @@ def plan(
     gpu_slots = [s for s in chosen if s.gpu]
     if not gpu_slots:
         return chosen, todo, {"asked": asked, "per_gpu": 1, "why": "CPU workers are not packed"}
+    totals = gpu_totals()
     if asked != AUTO:
-        return packed(chosen, int(asked)), todo, {"asked": asked, "per_gpu": int(asked), "why": "as asked"}
+        return packed(chosen, int(asked), totals), todo, {"asked": asked, "per_gpu": int(asked), "why": "as asked"}
     again = recorded(sessions)
     if again is not None:
-        return packed(chosen, again), todo, {"asked": AUTO, "per_gpu": again, "why": "sized by an earlier session"}
-    if len(todo) <= len(gpu_slots):
-        return chosen, todo, {"asked": AUTO, "per_gpu": 1, "why": "no more runs than GPUs"}
-    first, rest = todo[: len(gpu_slots)], todo[len(gpu_slots) :]
+        record = {"asked": AUTO, "per_gpu": again, "why": "sized by an earlier session"}
+        return packed(chosen, again, totals), todo, record
+    probe_runs = PROBE_RUNS * len(gpu_slots)
+    if len(todo) <= probe_runs:
+        return chosen, todo, {"asked": AUTO, "per_gpu": 1, "why": "too few runs to size a packing"}
+    first, rest = todo[:probe_runs], todo[probe_runs:]
     probes = _probe(first, chosen, run)
     k, why = size(probes, cores=os.cpu_count() or 1, gpus=len(gpu_slots))
     record = {"asked": AUTO, "per_gpu": k, "why": why, "probe": [p.__dict__ for p in probes], "probe_runs": len(first)}
-    return packed(chosen, k), rest, record
+    return packed(chosen, k, totals), rest, record
 
 
 def _probe(first: list[dict[str, Any]], chosen: list[Any], run: Runner) -> list[Probe]:
-    """Run `first` on one worker per GPU while NVML is sampled; a probe per finished run."""
+    """Run `first` on one worker per GPU while NVML is sampled; a probe from each worker's last finished run."""
     from gpulab.studies import cluster
     from gpulab.telemetry import Sampler
 
@@ -153,13 +177,16 @@ def _probe(first: list[dict[str, Any]], chosen: list[Any], run: Runner) -> list[
     with cluster.local_client(chosen) as client, Sampler(indices) as sampler:
         df = run(first, client)
     mine = df[df["_run_id"] == df["_run_id"].iloc[-1]] if len(df) and "_run_id" in df.columns else df.iloc[:0]
-    probes = []
+    last: dict[str, dict[str, Any]] = {}
     for _, row in mine.iterrows():
         values = dict(row)
-        if values.get("status_") != "ok":
+        started = values.get("loop_started_")
+        if values.get("status_") != "ok" or not isinstance(started, (int, float)):
             continue
-        probes.append(probe_from(values, _busy(sampler, values)))
-    return probes
+        worker = str(values.get("worker_"))
+        if worker not in last or started > last[worker]["loop_started_"]:
+            last[worker] = values
+    return [probe_from(values, _busy(sampler, values)) for _, values in sorted(last.items())]
 
 
 def _busy(sampler: Any, row: dict[str, Any]) -> float | None:

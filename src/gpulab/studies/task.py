@@ -202,11 +202,13 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
 
 
 def gpu_footprint(torch: Any) -> dict[str, float]:
-    """This process's hold on its GPU (its context, cached blocks and the run's peak beyond them) and the GPU's
-    memory, in MiB: what a study packing several runs per GPU sizes from (gpulab.studies.packing)."""
+    """What this run needs of its GPU, in MiB: the process's context and libraries (what the GPU holds beyond the
+    allocator's blocks) plus the run's peak of tensors; and the GPU's memory. What a study packing several runs per
+    GPU sizes from (gpulab.studies.packing). Blocks merely cached are left out: cuDNN's autotuner leaves tens of GiB
+    cached after a worker's first run, which a later run on the same shapes never asks for again."""
     free, total = torch.cuda.mem_get_info(0)
-    reserved, peak = torch.cuda.memory_reserved(0), torch.cuda.max_memory_reserved(0)
-    used = total - free + max(0, peak - reserved)  # blocks freed back to the driver during the run count too
+    context = max(0, total - free - torch.cuda.memory_reserved(0))
+    used = context + torch.cuda.max_memory_allocated(0)
     return {"gpu_process_mib": round(used / 2**20, 1), "gpu_total_mib": round(total / 2**20, 1)}
 
 
