@@ -3,9 +3,11 @@
 Phases, each under its own time limit and skipped (said so in the summary) when the budget is spent:
   1. the plain reference (style_transfer_ref.py, TF32 + channels_last, 1000 iterations at 532×512): one process, then
      K at once; NVML utilisation sampled through each;
-  2. `gpulab run style_transfer --size full` as a study's run trains (the precision plan's TF32 + channels_last),
-     once per loop setting (the study's `loop` parameter where this checkout has it);
-  3. a shortened neural-style study (RUNS runs at full size, learning_rate varied) with --per-gpu 1, then auto.
+  2. `gpulab run style_transfer --size full` as a study's run trains (the precision plan's TF32 + channels_last)
+     with the eager loop;
+  3. a shortened neural-style study (RUNS runs at full size, learning_rate varied) with --per-gpu 1, then auto;
+  4. the same `gpulab run` with the compiled loops (LOOPS, default compile-graphs: torch.compile + CUDA graphs),
+     last because compiling takes about a minute; its loss beside the eager run's is the trajectory check.
 Writes $OUT/summary.json and $OUT/summary.md (minutes per run, GPU busy %), the logs, and each study's
 sessions.json and database.json.
 """
@@ -116,17 +118,18 @@ def phase_reference(sampler: Sampler) -> None:
 
 
 def loop_settings() -> list[str | None]:
-    """The style-transfer loop settings this checkout offers (its `loop` parameter), eager first; [None] without."""
-    sys.path.insert(0, str(ROOT / "src"))
+    """The style-transfer loop settings to time (LOOPS, default eager and compile-graphs) among those this checkout
+    offers (its `loop` parameter); [None] without one."""
     from gpulab.workloads import style_transfer
 
-    choices = getattr(style_transfer, "LOOPS", None)
-    return list(choices) if choices else [None]
+    offered = list(getattr(style_transfer, "LOOPS", ()))
+    wanted = os.environ.get("LOOPS", "eager compile-graphs").split()
+    return [loop for loop in wanted if loop in offered] or [None]
 
 
-def phase_gpulab_run(sampler: Sampler) -> None:
-    result: dict[str, Any] = {}
-    for loop in loop_settings():
+def phase_gpulab_run(sampler: Sampler, loops: list[str | None]) -> None:
+    result: dict[str, Any] = summary["phases"].setdefault("gpulab_run", {})
+    for loop in loops:
         name = loop or "default"
         if left() < 90:
             summary["skipped"].append(f"gpulab run ({name}): budget spent")
@@ -146,7 +149,6 @@ def phase_gpulab_run(sampler: Sampler) -> None:
             entry.update(seconds=doc.get("seconds"), final_loss=params.get("final_loss"), steps=doc.get("steps"))
         result[name] = entry
         log(f"gpulab run ({name}): {entry.get('seconds')} s, rc {proc.returncode}")
-    summary["phases"]["gpulab_run"] = result
 
 
 def run_group(cmd: list[str], timeout: float) -> tuple[int, str]:
@@ -264,11 +266,18 @@ def main() -> int:
         summary["gpu"] = f"nvidia-smi: {err}"
     with Sampler([0], interval_s=0.1) as sampler:
         summary["nvml"] = sampler.problem or "sampled"
-        for phase in (phase_reference, phase_gpulab_run, phase_study):
+        loops = loop_settings()
+        phases = [
+            lambda: phase_reference(sampler),
+            lambda: phase_gpulab_run(sampler, loops[:1]),
+            lambda: phase_study(sampler),
+            lambda: phase_gpulab_run(sampler, loops[1:]),  # the compiled loops last: their compile takes a minute
+        ]
+        for phase in phases:
             try:
-                phase(sampler)
+                phase()
             except Exception as err:  # a phase's failure is a line of the summary; the others still run
-                summary["skipped"].append(f"{phase.__name__}: {type(err).__name__}: {err}")
+                summary["skipped"].append(f"a phase failed: {type(err).__name__}: {err}")
             (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
     summary["elapsed_s"] = round(time.monotonic() - STARTED, 1)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
