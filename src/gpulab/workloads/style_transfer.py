@@ -6,7 +6,8 @@ neighbour difference). The image lives in 0..255 pixel space, so the classic lea
 normalised for torchvision's VGG19 on the way in. VGG weights are random unless `vgg_weights` names a state_dict.
 
 Per step: one forward through `features` up to the deepest layer in use (never beyond relu5_2), the losses, one
-backward, one Adam step; targets are computed once without gradients; nothing synchronises.
+backward, one Adam step; targets are computed once without gradients; nothing synchronises. The forward and the
+losses are one function (style_loss), run as it is or through torch.compile (the `loop` parameter).
 """
 
 from __future__ import annotations
