@@ -47,6 +47,7 @@ def test_tf32_setting_is_restored() -> None:
         (RunConfig("chexnet", size="huge"), "unknown size 'huge'"),
         (RunConfig("style_transfer", size="tiny", batch=2), "batch must be 1 or unset"),
         (RunConfig("style_transfer", size="tiny", params={"vgg_weights": "/no/such.h5"}), "does not exist"),
+        (RunConfig("style_transfer", size="tiny", params={"loop": "compile"}), "loop=compile is torch.compile's"),
         (RunConfig("mnist", size="tiny", precision="fp16"), "TensorFlow rows train fp32, tf32, bf16"),
         (RunConfig("mnist", size="tiny", precision="fp8"), "unknown precision 'fp8'"),
     ],

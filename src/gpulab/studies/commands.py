@@ -66,6 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         import dataclasses
 
         study = dataclasses.replace(study, workers=args.workers)
+    if args.per_gpu is not None:
+        import dataclasses
+
+        study = dataclasses.replace(study, per_gpu=args.per_gpu)
     return _run(study, study_dir, resume=args.command_name == "resume", scheduler=args.scheduler, args=args)
 
 
@@ -179,8 +183,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from gpulab.studies import cluster
+    from gpulab.studies.packing import gpu_totals, packed
 
-    chosen = cluster.slots(args.workers, args.threads, host=cluster.this_host())
+    slots = cluster.slots(args.workers, args.threads, host=cluster.this_host())
+    chosen = packed(slots, args.per_gpu, gpu_totals())
     names = ", ".join(s.label for s in chosen)
     print(f"study workers for {args.scheduler}: {names} (Ctrl-C stops them)", file=sys.stderr)
     try:
@@ -200,6 +206,15 @@ def _count(text: str) -> int | str:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not all or a whole number ≥ 1")
     return value
+
+
+def _per_gpu(text: str) -> int | str:
+    from gpulab.studies.packing import per_gpu_value
+
+    try:
+        return per_gpu_value(text)
+    except GpulabError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
 
 
 def _positive(text: str) -> int:
@@ -236,6 +251,12 @@ def add_commands(sub: Any) -> None:
     for verb in (run, resume):
         verb.add_argument("--scheduler", help="a Dask scheduler (tcp://HOST:8786) whose workers run the study")
         verb.add_argument("--workers", type=_count, help="workers to start here: all GPUs (default) or N")
+        verb.add_argument(
+            "--per-gpu",
+            type=_per_gpu,
+            help="runs at once on each GPU: auto (the study file's default: sized from the first runs' memory and "
+            "GPU use) or N (1: one at a time)",
+        )
 
     report = verbs.add_parser("report", help="render a study directory's report (HTML and Markdown)")
     report.add_argument("study_dir", type=Path)
@@ -258,4 +279,5 @@ def add_commands(sub: Any) -> None:
     worker.add_argument("scheduler", help="the scheduler's address, tcp://HOST:8786")
     worker.add_argument("--workers", type=_count, default="all", help="all GPUs (default) or the first N")
     worker.add_argument("--threads", type=_positive, default=1, help="threads per CPU worker (hosts without GPUs)")
+    worker.add_argument("--per-gpu", type=_positive, default=1, help="workers pinned to each GPU (default 1)")
     worker.set_defaults(func=cmd_worker)

@@ -26,7 +26,7 @@ from gpulab.interrupts import ctrl_c_held
 from gpulab.launch.common import jsonable, write_json_atomic
 from gpulab.paths import read_input_text
 from gpulab.report.io import atomic_write_text
-from gpulab.studies import cluster, ledger
+from gpulab.studies import cluster, ledger, packing
 from gpulab.studies.database import DATABASE, DATABASE_JSON, read_database, write_database
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.progress import Progress, finished_counter, watching
@@ -58,6 +58,7 @@ class Session:
     machine_runs: int = 0
     notes: list[str] = field(default_factory=list)
     gpu_use: list[dict[str, Any]] = field(default_factory=list)  # per GPU: util_mean, mem_max_mib, power_mean_w
+    packing: dict[str, Any] = field(default_factory=dict)  # runs per GPU: asked, chosen (per_gpu), why, the probe
 
 
 def study_record(study: Study) -> dict[str, Any]:
@@ -202,6 +203,14 @@ def run_study(
             with watching(finished_counter(study_dir), len(todo), progress):
                 df = _psweep_run(todo, study_dir, df)
         else:
+            if chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
+                chosen, todo, session.packing = packing.plan(
+                    study.per_gpu,
+                    chosen,
+                    todo,
+                    read_sessions(study_dir),
+                    lambda psets, client: _psweep_run(psets, study_dir, dask_client=client),
+                )
             with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
                 with watching(finished_counter(study_dir, client), len(todo), progress):
@@ -237,7 +246,7 @@ def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterato
 @contextlib.contextmanager
 def _sampling(chosen: list[cluster.Slot] | None, session: Session) -> Iterator[None]:
     """NVML utilisation, memory and power of this machine's study GPUs while the runs go (per GPU, in the session)."""
-    indices = [int(s.name.removeprefix("gpu")) for s in chosen or [] if s.gpu and s.name.startswith("gpu")]
+    indices = sorted({i for i in (packing.gpu_index(s.name) for s in chosen or [] if s.gpu) if i is not None})
     if not indices:
         yield
         return

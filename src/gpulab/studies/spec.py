@@ -16,6 +16,7 @@
     launcher: worker                    # worker: each run on one worker's device; dataparallel | ddp | mirrored:
     gpus: all                           #   each run takes the machine's GPUs (`gpus`) through `gpulab run`
     workers: all                        # one worker per GPU (or N of them); CPU workers where there is no GPU
+    per_gpu: auto                       # runs at once on each GPU: auto (sized from the first runs) or N
     threads: 1                          # CPU threads per CPU worker
     baseline: neural-style-2018         # a published baseline shipped with gpulab (studies/baselines/)
     variants:                           # named overrides, e.g. a tiny one for CI: --variant tiny
@@ -71,6 +72,7 @@ TOP_KEYS = (
     "launcher",
     "gpus",
     "workers",
+    "per_gpu",
     "threads",
     "baseline",
     "variants",
@@ -105,6 +107,7 @@ class Study:
     launcher: str = WORKER
     gpus: int | str = 1
     workers: int | str = "all"
+    per_gpu: int | str = "auto"  # runs at once per GPU (gpulab.studies.packing)
     threads: int = 1
     baseline: str | None = None
     variant: str | None = None
@@ -191,6 +194,7 @@ def study_from_dict(
         problems.append(f"launcher: {launcher!r} is not {WORKER} or one of {', '.join(MACHINE_LAUNCHERS)}")
     gpus = _count(data.get("gpus", 1), "gpus", problems)
     workers = _count(data.get("workers", "all"), "workers", problems)
+    per_gpu = _per_gpu(data.get("per_gpu", "auto"), problems)
     repeat = _positive(data.get("repeat", 1), "repeat", problems)
     threads = _positive(data.get("threads", 1), "threads", problems)
     seed = data.get("seed", 0)
@@ -232,6 +236,7 @@ def study_from_dict(
         launcher=str(launcher),
         gpus=gpus,
         workers=workers,
+        per_gpu=per_gpu,
         threads=int(threads),
         baseline=data.get("baseline"),
         variant=variant,
@@ -400,6 +405,16 @@ def _count(value: Any, key: str, problems: list[str]) -> int | str:
         problems.append(f"{key}: {value!r} is not all or a whole number ≥ 1")
         return 1
     return int(value)
+
+
+def _per_gpu(value: Any, problems: list[str]) -> int | str:
+    from gpulab.studies.packing import AUTO, per_gpu_value
+
+    try:
+        return per_gpu_value(value)
+    except GpulabError as err:
+        problems.append(str(err))
+        return AUTO
 
 
 def _positive(value: Any, key: str, problems: list[str]) -> int:

@@ -179,7 +179,10 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         if not _missing(pset.get("epochs")):
             return _epochs_here(pset, cfg, device)
         losses: list[Any] = []
-        session, timing, finish = run_session(cfg, device, plan_batch(cfg, 1), losses=losses)
+        marks: list[float] = []  # when the timed loop began: the window a packing probe reads NVML over
+        session, timing, finish = run_session(
+            cfg, device, plan_batch(cfg, 1), losses=losses, before_timed=lambda: marks.append(time.time())
+        )
         used_threads = torch.get_num_threads()
     facts: dict[str, Any] = {
         "precision_used": cfg.precision,
@@ -192,11 +195,24 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "threads": used_threads,
         "weights": session.info.get("weights"),
         "data_used": session.info.get("data"),
+        "loop_started": marks[0] if marks else None,
     }
     if device.startswith("cuda"):
         facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
+        facts.update(gpu_footprint(torch))
     del session
     return facts
+
+
+def gpu_footprint(torch: Any) -> dict[str, float]:
+    """What this run needs of its GPU, in MiB: the process's context and libraries (what the GPU holds beyond the
+    allocator's blocks) plus the run's peak of tensors; and the GPU's memory. What a study packing several runs per
+    GPU sizes from (gpulab.studies.packing). Blocks merely cached are left out: cuDNN's autotuner leaves tens of GiB
+    cached after a worker's first run, which a later run on the same shapes never asks for again."""
+    free, total = torch.cuda.mem_get_info(0)
+    context = max(0, total - free - torch.cuda.memory_reserved(0))
+    used = context + torch.cuda.max_memory_allocated(0)
+    return {"gpu_process_mib": round(used / 2**20, 1), "gpu_total_mib": round(total / 2**20, 1)}
 
 
 def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:

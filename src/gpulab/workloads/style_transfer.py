@@ -6,11 +6,13 @@ neighbour difference). The image lives in 0..255 pixel space, so the classic lea
 normalised for torchvision's VGG19 on the way in. VGG weights are random unless `vgg_weights` names a state_dict.
 
 Per step: one forward through `features` up to the deepest layer in use (never beyond relu5_2), the losses, one
-backward, one Adam step; targets are computed once without gradients; nothing synchronises.
+backward, one Adam step; targets are computed once without gradients; nothing synchronises. The forward and the
+losses are one function (style_loss), run as it is or through torch.compile (the `loop` parameter).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -55,7 +57,14 @@ DEFAULTS: dict[str, Any] = {
     "style": None,  # image path or list of paths; default: scikit-learn's flower.jpg, else a generated image
     "output": None,  # where finish() writes the result image
     "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only)
+    "loop": "eager",  # eager | compile | compile-graphs (torch only; see LOOPS)
 }
+
+# How a torch session runs its step: eager (each op launched from Python); compile: torch.compile of the forward and
+# the losses (fused elementwise work, the backward through AOTAutograd); compile-graphs: the same replayed as CUDA
+# graphs (torch.compile's reduce-overhead mode; on a CPU the same as compile), which takes the launches off the host.
+# Compiled once per process and shape: a study's long-lived worker pays for it in its first run.
+LOOPS = ("eager", "compile", "compile-graphs")
 
 MAX_INPUT_BYTES = 4 * 1024**3  # VGG19's weights are 548 MB; an image is far less
 
@@ -295,6 +304,57 @@ def _gram(features: Any, scale: float) -> Any:
     return (flat @ flat.t()) * scale
 
 
+def style_loss(
+    features: Any,
+    taps: frozenset[int],
+    image: Any,
+    shift: Any,
+    scale: Any,
+    channels_last: bool,
+    autocast: tuple[str, Any] | None,
+    content: list[tuple[int, float, Any]],
+    style: list[tuple[int, float, Any]],
+    tv_weight: float,
+) -> Any:
+    """One step's loss of `image` (pixels 0..255): the forward through `features` (under `autocast`, (device type,
+    dtype), where the precision has one) and the fp32 losses. A function of its arguments alone, so that
+    torch.compile traces it once per process and shape rather than once per run."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.addcmul(shift, image, scale)
+    x = x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    feats = {}
+    with torch.autocast(autocast[0], dtype=autocast[1]) if autocast else contextlib.nullcontext():
+        for i, layer in enumerate(features):
+            x = layer(x)
+            if i in taps:
+                feats[i] = x
+    loss = tv_weight * (
+        F.mse_loss(image[:, :, 1:, :], image[:, :, :-1, :]) + F.mse_loss(image[:, :, :, 1:], image[:, :, :, :-1])
+    )
+    for i, weight, target in content:
+        loss = loss + weight * F.mse_loss(feats[i].float(), target)
+    for i, gram_scale, target in style:
+        loss = loss + F.mse_loss(_gram(feats[i].float(), gram_scale), target)
+    return loss
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def compiled_loss(loop: str) -> Any:
+    """style_loss as `loop` runs it: itself (eager), or compiled once per process for each compiled loop."""
+    if loop == "eager":
+        return style_loss
+    if loop not in _COMPILED:
+        import torch
+
+        mode = "reduce-overhead" if loop == "compile-graphs" else None
+        _COMPILED[loop] = torch.compile(style_loss, mode=mode)
+    return _COMPILED[loop]
+
+
 # ---------- session ----------
 
 
@@ -321,6 +381,7 @@ class StyleSettings:
     output: Path | None
     weights_path: Path | None
     content_path: Path | None
+    loop: str = "eager"
 
 
 def style_settings(cfg: RunConfig, weights_hint: str = VGG_WEIGHTS_HINT) -> StyleSettings:
@@ -368,9 +429,10 @@ def style_settings(cfg: RunConfig, weights_hint: str = VGG_WEIGHTS_HINT) -> Styl
     output_path = Path(output).expanduser() if output else None
     weights_path = input_file("vgg_weights", p.raw("vgg_weights"), weights_hint)
     content_path = input_file("content", p.raw("content"), IMAGE_HINT)
+    loop = p.choice("loop", LOOPS)
     return StyleSettings(
         p, steps, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight, layer_exp, lr,
-        betas, eps, style_paths, scales, output_path, weights_path, content_path,
+        betas, eps, style_paths, scales, output_path, weights_path, content_path, loop,
     )  # fmt: skip
 
 
@@ -538,6 +600,19 @@ class StyleTransferSession(StyleSessionBase):
                 )
                 self._style.append((i, scale, target))
         self._tv_weight = st.tv_weight
+        self._loss = compiled_loss(st.loop)
+        if st.loop != "eager":  # weights as tensors: dynamo would specialise on floats in lists, compiling per value
+
+            def tensor(value: float) -> Any:
+                return torch.tensor(value, dtype=torch.float32, device=device)
+
+            self._content = [(i, tensor(w), target) for i, w, target in self._content]
+            self._style = [(i, tensor(g), target) for i, g, target in self._style]
+            self._tv_weight = tensor(st.tv_weight)
+        autocast = self._numerics.autocast_dtype
+        self._autocast = (self._numerics.device_type, getattr(torch, autocast)) if autocast else None
+        self._channels_last = channels_last
+        self._graphs = st.loop == "compile-graphs" and torch.device(device).type == "cuda"
 
         generator = torch.Generator().manual_seed(cfg.seed)
         start = content.clone() if st.initial == "content" else torch.rand(content.shape, generator=generator) * 255.0
@@ -555,6 +630,7 @@ class StyleTransferSession(StyleSessionBase):
             **run_facts(cfg, st, images, self._weights),
             "vgg_layers": layers,
             "optimizer": "Adam" + (" (fused)" if fused else ""),
+            "loop": st.loop,
         }
 
     def _run(self, x: Any) -> dict[int, Any]:
@@ -570,24 +646,19 @@ class StyleTransferSession(StyleSessionBase):
         self.info["wrapper"] = None
 
     def step(self) -> Any:
-        import torch
-        import torch.nn.functional as F
-
         self._optimizer.zero_grad(set_to_none=True)
-        image = self._image
-        x = torch.addcmul(self._shift, image, self._scale).contiguous(memory_format=self._memory_format)
-        with self._numerics.autocast():
-            feats = self._run(x)
-        loss = self._tv_weight * (
-            F.mse_loss(image[:, :, 1:, :], image[:, :, :-1, :]) + F.mse_loss(image[:, :, :, 1:], image[:, :, :, :-1])
-        )
-        for i, weight, target in self._content:
-            loss = loss + weight * F.mse_loss(feats[i].float(), target)
-        for i, scale, target in self._style:
-            loss = loss + F.mse_loss(_gram(feats[i].float(), scale), target)
+        if self._graphs:
+            import torch
+
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self._loss(
+            self._features, self._taps, self._image, self._shift, self._scale,
+            self._channels_last, self._autocast, self._content, self._style, self._tv_weight,
+        )  # fmt: skip
         self._numerics.backward_step(loss, self._optimizer)
         self._steps_run += 1
-        self._last_loss = loss.detach()
+        # A CUDA graph's output is overwritten by its next replay: the loss a step hands back is its own copy.
+        self._last_loss = loss.detach().clone() if self._graphs else loss.detach()
         return self._last_loss
 
     def image(self) -> Any:

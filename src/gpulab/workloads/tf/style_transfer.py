@@ -84,6 +84,11 @@ class TFStyleTransferSession(torch_st.StyleSessionBase):
                 "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
             )
         st = torch_st.style_settings(cfg, KERAS_WEIGHTS_HINT)
+        if st.loop != "eager":
+            raise GpulabError(
+                f"style_transfer: loop={st.loop} is torch.compile's; TensorFlow runs its step as a tf.function: "
+                "leave loop out, or run with --framework torch"
+            )
         self.steps, self._output = st.steps, st.output
         seed_everything(cfg.seed)
         self._numerics = TFNumerics(cfg.precision)

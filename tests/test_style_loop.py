@@ -1,0 +1,42 @@
+"""The style-transfer step under torch.compile (`loop: compile`) follows the eager loss trajectory, and a study's
+worker compiles it once whatever the run's weights. On the CPU the compiled graph runs through AOTAutograd's eager
+backend (the graph dynamo captures and the backward it derives; inductor's code generation takes minutes on two
+cores and is the GPU measurement's part: tests/device/study_packing.sh)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulab.errors import GpulabError
+from gpulab.workloads import RunConfig, build
+
+torch = pytest.importorskip("torch")
+
+
+def _trajectory(loop: str, steps: int = 4, **params: float) -> list[float]:
+    cfg = RunConfig(
+        "style_transfer", size="tiny", seed=3, params={"width": 32, "iterations": steps, "loop": loop, **params}
+    )
+    session = build(cfg, "cpu")
+    assert session.info["loop"] == loop
+    return [float(session.step()) for _ in range(steps)]
+
+
+@pytest.mark.slow  # about a minute: dynamo and AOTAutograd trace VGG19's forward and backward once
+def test_a_compiled_step_follows_the_eager_trajectory_and_compiles_once_for_every_runs_weights(monkeypatch):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from gpulab.workloads import style_transfer
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    monkeypatch.setitem(style_transfer._COMPILED, "compile", torch.compile(style_transfer.style_loss, backend=counter))
+    for weights in ({}, {"style_weight": 7.0, "tv_weight": 3.0, "content_weight": 2.0, "learning_rate": 4.0}):
+        eager, compiled = _trajectory("eager", **weights), _trajectory("compile", **weights)
+        assert compiled == pytest.approx(eager, rel=1e-5) and compiled[-1] < compiled[0]
+    assert counter.frame_count == 1  # the second run's other weights reused the first run's graph
+
+
+def test_an_unknown_loop_is_one_line():
+    with pytest.raises(GpulabError, match="loop='jit' is invalid; expected one of eager, compile, compile-graphs"):
+        build(RunConfig("style_transfer", size="tiny", params={"loop": "jit"}), "cpu")
