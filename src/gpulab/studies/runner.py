@@ -93,7 +93,7 @@ def _check_data(study: Study) -> None:
         return
     raise GpulabError(
         f"data {study.data}: no such file or directory; pass the data set's folder with --data (or data: in the "
-        "study file), or digits / generated"
+        "study file), or one of " + " / ".join(NAMED_DATA)
     )
 
 

@@ -375,9 +375,21 @@ DIGITS = "digits"  # `--data digits`: scikit-learn's 1797 8×8 digits, no files 
 DIGITS_VAL = 0.2  # the share its fixed split holds out for validation
 
 
+FETCHED = ("mnist", "cifar10")  # `--data mnist`: torchvision's published data set, fetched into gpulab's cache
+NAMED = (DIGITS, *FETCHED)
+
+
+def named(data: Path | str | None) -> str | None:
+    """The named data set `data` asks for (digits, mnist, cifar10), unless a file or folder of that name is where
+    the run starts."""
+    if data is None or str(data) not in NAMED or Path(data).exists():
+        return None
+    return str(data)
+
+
 def is_digits(data: Path | None) -> bool:
     """`--data digits` names the built-in set, unless a file or folder of that name is where the run starts."""
-    return data is not None and str(data) == DIGITS and not Path(DIGITS).exists()
+    return named(data) == DIGITS
 
 
 def digits_images(side: int = 28, frame: int = 20, channels: int = 1) -> tuple[Any, Any]:
