@@ -280,3 +280,74 @@ def test_data_mnist_on_the_command_line_fetches_through_the_mirror(server: Files
     assert "published checksum" in line and "train-images-idx3-ubyte.gz" in line
     assert server.requested[:1] == ["/m/train-images-idx3-ubyte.gz"]
     assert not (fetch.cache_root() / "data" / "mnist").exists()
+
+
+# ---------- Keras (TF side) ----------
+
+
+@pytest.fixture
+def keras_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    pytest.importorskip("keras")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    return tmp_path / "keras"
+
+
+@pytest.mark.parametrize("fault", [None, "wrong checksum", "truncated", "server gone"])
+def test_keras_get_file_is_staged_and_checked(server: Files, keras_home: Path, fault: str | None) -> None:
+    content = bytes(range(256)) * 64
+    server.files["/k/w.h5"] = content
+    md5 = "0" * 32 if fault == "wrong checksum" else hashlib.md5(content).hexdigest()
+    if fault == "truncated":
+        server.truncate.add("/k/w.h5")
+    if fault == "server gone":
+        server.shutdown()
+        server.server_close()
+    if fault is None:
+        path = fetch.keras_file("w.h5", f"{server.url}/k/w.h5", md5)
+        assert path == keras_home / "models" / "w.h5" and path.read_bytes() == content
+        return
+    with pytest.raises(GpulabError) as caught:
+        fetch.keras_file("w.h5", f"{server.url}/k/w.h5", md5)
+    assert "\n" not in str(caught.value)
+    expected = {"wrong checksum": "published checksum", "truncated": "truncated", "server gone": "refused"}[fault]
+    assert expected in str(caught.value)
+    assert list((keras_home / "models").iterdir()) == []
+
+
+def test_keras_vgg19_imagenet_uses_keras_own_url_and_hash_through_the_mirror(server: Files, keras_home, monkeypatch):
+    """The application's own get_file call (its URL, its file_hash) goes through the mirror: a stand-in file there
+    fails Keras's published hash; nothing is kept."""
+    server.files["/m/vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"] = b"not the weights"
+    monkeypatch.setenv(fetch.MIRROR_ENV, f"{server.url}/m")
+    with pytest.raises(GpulabError, match="published checksum"):
+        fetch.keras_vgg19_notop()
+    assert server.requested == ["/m/vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"]
+    assert list((keras_home / "models").iterdir()) == []
+
+
+def test_chexnet_starts_from_fetched_densenet121_weights(server: Files, tmp_path: Path) -> None:
+    """pretrained=URL: a DenseNet121 ImageNet-shaped file (1000 classes, the old key names torchvision's published
+    file has, half precision to stay small) loads into CheXNet's model, all but its 14-finding classifier."""
+    import re
+
+    from gpulab.workloads import chexnet
+    from gpulab.workloads.base import RunConfig
+    from gpulab.workloads.tv import import_torchvision
+
+    imagenet = import_torchvision().models.densenet121(weights=None)
+    old = {
+        re.sub(r"(denselayer\d+\.(?:norm|relu|conv))(\d)\.", r"\1.\2.", k): v.half()
+        for k, v in imagenet.state_dict().items()
+    }
+    assert any(".norm.1." in k for k in old)
+    name, content = _weights_file("densenet121", old)
+    server.files[f"/{name}"] = content
+    cfg = RunConfig(workload="chexnet", size="tiny", params={"pretrained": f"{server.url}/{name}"})
+    session = chexnet.build(cfg, "cpu")
+    assert "head classifier random" in session.info["weights"]
+    assert session.info["weights"].startswith(str(fetch.torch_checkpoints() / name))
+    conv = imagenet.state_dict()["features.denseblock1.denselayer1.conv1.weight"].half().float()
+    assert torch.equal(session.model.state_dict()["features.denseblock1.denselayer1.conv1.weight"], conv)
+    assert session.model.state_dict()["classifier.weight"].shape[0] == chexnet.CLASSES
+    random = chexnet.build(RunConfig(workload="chexnet", size="tiny"), "cpu")
+    assert random.info["weights"] == "random"

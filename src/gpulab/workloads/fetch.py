@@ -83,6 +83,8 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, OSError):
         return err.strerror or str(err)
     text = " ".join(str(err).split())
+    if text.startswith("URL fetch failure on "):  # Keras's wrapper: "URL fetch failure on URL: errno -- reason"
+        text = text.split(" -- ", 1)[-1]
     return (text[:200] + "…") if len(text) > 200 else text or type(err).__name__
 
 
@@ -90,6 +92,8 @@ def _failed(what: str, url: str, place: Path, err: BaseException) -> GpulabError
     reason = _reason(err)
     if "hash" in reason or "corrupted" in reason:
         reason = f"the download does not match its published checksum ({reason}): truncated or altered"
+    elif "retrieval incomplete" in reason:
+        reason = f"the download stopped short ({reason}): truncated"
     return GpulabError(
         f"cannot fetch {what} from {url}: {reason}; nothing was kept in {place}. Set {MIRROR_ENV} to a URL or "
         f"folder that holds {_url_name(url)}, or pass the file's path instead"
@@ -244,3 +248,67 @@ def fetch_dataset(
             if last is not None:
                 raise _failed(f"data set {name} ({item.filename})", last[0], final.parent, last[1])
     return final
+
+
+# ---------- Keras weights (TF side) ----------
+
+
+def keras_cache() -> Path:
+    """Keras's own cache folder ($KERAS_HOME, else ~/.keras), where its applications keep downloaded weights."""
+    return Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
+
+
+def keras_file(fname: str, origin: str, file_hash: str | None, cache_subdir: str = "models", what: str = "") -> Path:
+    """Keras's `get_file` for one file, mirror-aware, into Keras's cache: downloaded into a temporary folder beside
+    its place, checked against `file_hash` by Keras, and renamed into place only then."""
+    from keras.utils import get_file
+
+    folder = keras_cache() / cache_subdir
+    final = folder / fname
+    source = mirrored(origin)
+    what = what or f"Keras file {fname}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{fname}.", suffix=".partial", dir=folder) as tmp:
+            got = Path(get_file(fname, source, file_hash=file_hash, cache_dir=tmp, cache_subdir="."))
+            os.replace(got, final)
+    except GpulabError:
+        raise
+    except Exception as err:  # Keras wraps urllib's errors in Exception and raises ValueError for a wrong hash
+        raise _failed(what, source, folder, err) from None
+    return final
+
+
+@contextlib.contextmanager
+def keras_fetching() -> Iterator[list[Path]]:
+    """While open, Keras's applications download their published weights through `keras_file` (their own URL and
+    file_hash, the mirror, staged writes); the list collects the files they asked for."""
+    from keras.src.utils import file_utils
+
+    original = file_utils.get_file
+    asked: list[Path] = []
+
+    def get_file(fname: str, origin: str, **kwargs: Any) -> str:
+        cache_dir = kwargs.get("cache_dir")
+        subdir = kwargs.get("cache_subdir", "datasets")
+        final = Path(cache_dir or keras_cache()) / subdir / fname
+        expected = kwargs.get("file_hash")
+        if not (final.is_file() and (expected is None or file_utils.validate_file(str(final), expected))):
+            final = keras_file(fname, origin, expected, subdir)
+        asked.append(final)
+        return str(final)
+
+    file_utils.get_file = get_file
+    try:
+        yield asked
+    finally:
+        file_utils.get_file = original
+
+
+def keras_vgg19_notop() -> Path:
+    """Keras's published VGG19 ImageNet weights without the top (as its VGG19 application downloads them)."""
+    import keras
+
+    with keras_fetching() as asked:
+        keras.applications.VGG19(include_top=False, weights=IMAGENET)
+    return asked[-1]
