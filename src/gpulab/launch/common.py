@@ -470,6 +470,9 @@ def launch_params(
         loss_falling=loss < first_loss if loss is not None and first_loss is not None else None,
     )
     params.update(extra)
+    from gpulab.workloads.stand_ins import stand_ins
+
+    params["stand_ins"] = stand_ins(cfg.workload, params)
     return jsonable(params)
 
 

@@ -25,6 +25,8 @@ from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
 from gpulab.studies.task import outcome
+from gpulab.workloads.stand_ins import stand_ins
+from gpulab.workloads.stand_ins import summary as stand_ins_summary
 
 EXTRA_CSS = """
 .grid{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0 1rem}
@@ -57,6 +59,7 @@ class Run:
     time_to_target_s: float | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
     gpus_used: int | None = None  # the devices a whole-machine run took (`gpulab run`'s n); None: a worker's one
+    stand_ins: list[str] = field(default_factory=list)  # random weights, stand-in data (gpulab.workloads.stand_ins)
 
 
 @dataclass
@@ -122,9 +125,32 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 time_to_target_s=_num(row.get("time_to_target_s")),
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],
                 gpus_used=int(n) if (n := _num(row.get("gpus_used"))) is not None else None,
+                stand_ins=_stand_ins(row, study),
             )
         )
     return runs
+
+
+def _stand_ins(row: dict[str, Any], study: Study) -> list[str]:
+    """The run's recorded stand-ins; for rows written before they were recorded, read from its weights and data."""
+    recorded = row.get("stand_ins")
+    if isinstance(recorded, (list, tuple)):
+        return [str(s) for s in recorded]
+    if not isinstance(row.get("weights"), str) and not isinstance(row.get("data_used"), str):
+        return []
+    facts = {"weights": row.get("weights"), "data": row.get("data_used"), "workload_params": row}
+    return stand_ins(study.workload, facts)
+
+
+def stand_ins_line(runs: Sequence[Run], workload: str) -> str | None:
+    """ "Stand-ins: random VGG19 weights (style_transfer; 252 runs) …" when any run used one, else None."""
+    text = stand_ins_summary((workload, r.stand_ins) for r in runs)
+    if text is None:
+        return None
+    return (
+        f"Stand-ins: {text}. Losses, metrics and images show these, not the published "
+        "experiment's (vgg_weights=imagenet, pretrained=imagenet and --data mnist / cifar10 fetch the real ones)"
+    )
 
 
 def summarise(runs: Sequence[Run], sessions: Sequence[dict[str, Any]]) -> Summary:
@@ -265,6 +291,7 @@ class StudyPage:
     baseline_line: str | None
     columns: list[str]
     gpu_use: list[tuple[Any, ...]] = field(default_factory=list)
+    stand_ins_line: str | None = None
 
 
 def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -291,7 +318,15 @@ def build(study_dir: Path) -> StudyPage:
     sessions = read_sessions(study_dir)
     summary = summarise(runs, sessions)
     line = baselines.compare_line(study, runs) if study.baseline else None
-    return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions))
+    return StudyPage(
+        study,
+        runs,
+        summary,
+        line,
+        varied_columns(study),
+        _gpu_use(sessions),
+        stand_ins_line=stand_ins_line(runs, study.workload),
+    )
 
 
 def to_markdown(page: StudyPage) -> str:
@@ -302,6 +337,8 @@ def to_markdown(page: StudyPage) -> str:
     out += [f"- {headline(page.summary, s.whole_machine)}"]
     if page.baseline_line:
         out += [f"- {page.baseline_line}"]
+    if page.stand_ins_line:
+        out += [f"- **{page.stand_ins_line}**"]
     out += ["", "## Workers", ""]
     out += _md_table(
         ("worker", "runs", "busy", "share of wall time"),
@@ -343,6 +380,8 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     body.append(f"<p class='headline'>{_e(headline(page.summary, s.whole_machine))}</p>")
     if page.baseline_line:
         body.append(f"<p class='headline'>{_e(page.baseline_line)}</p>")
+    if page.stand_ins_line:
+        body.append(f"<p class='banner'>{_e(page.stand_ins_line)}</p>")
     body.append("<h2>Workers</h2>")
     body.append(
         _html_table(
