@@ -30,7 +30,7 @@ from gpulab.workloads.stand_ins import summary as stand_ins_summary
 
 EXTRA_CSS = """
 .prow{display:flex;gap:1rem;align-items:flex-start;margin:.4rem 0 1.2rem}
-.refs{display:flex;flex-direction:column;gap:.4rem;padding-right:.8rem;border-right:2px solid #ccc}
+.refs{display:flex;gap:.4rem;padding-right:.8rem;border-right:2px solid #ccc}
 .grid{display:flex;flex-wrap:wrap;gap:.6rem .5rem;flex:1}
 .prow figure{margin:0;width:150px;font-size:.8rem;line-height:1.25;text-align:center;overflow-wrap:anywhere}
 .prow img{width:144px;height:auto;border:3px solid transparent;outline:1px solid #ddd}
