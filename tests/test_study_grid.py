@@ -114,3 +114,25 @@ def test_the_legend_names_every_value(tmp_path):
         runs = [r for r in page(tmp_path).runs if r.vary == "style_weight"]
         assert report.plot_param_curves(runs, "style_weight")
     assert seen == [[f"style_weight={v:.3g}" for v in sorted(VALUES["style_weight"])]]
+
+
+def test_the_study_report_names_its_stand_ins_at_the_top(tmp_path):
+    p = page(tmp_path)
+    for r in p.runs:
+        r.stand_ins = ["random VGG19 weights"]
+    p.stand_ins_line = report.stand_ins_line(p.runs, "style_transfer")
+    assert p.stand_ins_line is not None
+    assert p.stand_ins_line.startswith("Stand-ins: random VGG19 weights (style_transfer; 8 runs).")
+    html, md = report.to_html(p), report.to_markdown(p)
+    assert html.index("Stand-ins: random VGG19 weights") < html.index("Loss curves")
+    assert md.index("Stand-ins: random VGG19 weights") < md.index("## Workers")
+    p.runs[0].stand_ins = []
+    assert "(style_transfer; 7 runs)" in (report.stand_ins_line(p.runs, "style_transfer") or "")
+
+
+def test_rows_written_before_stand_ins_were_recorded_are_read_from_their_weights(tmp_path):
+    study = Study("old", "style_transfer")
+    assert report._stand_ins({"weights": "random", "data_used": None}, study) == ["random VGG19 weights"]
+    assert report._stand_ins({"weights": "/w.pth sha256:1", "data_used": None}, study) == []
+    assert report._stand_ins({"stand_ins": ["x"]}, study) == ["x"]
+    assert report._stand_ins({}, study) == []
