@@ -88,7 +88,7 @@ def _reason(err: BaseException) -> str:
     return (text[:200] + "…") if len(text) > 200 else text or type(err).__name__
 
 
-def _failed(what: str, url: str, place: Path, err: BaseException) -> GpulabError:
+def _failed(what: str, url: str, place: Path, err: BaseException, instead: str = "the file's path") -> GpulabError:
     reason = _reason(err)
     if "hash" in reason or "corrupted" in reason:
         reason = f"the download does not match its published checksum ({reason}): truncated or altered"
@@ -96,7 +96,7 @@ def _failed(what: str, url: str, place: Path, err: BaseException) -> GpulabError
         reason = f"the download stopped short ({reason}): truncated"
     return GpulabError(
         f"cannot fetch {what} from {url}: {reason}; nothing was kept in {place}. Set {MIRROR_ENV} to a URL or "
-        f"folder that holds {_url_name(url)}, or pass the file's path instead"
+        f"folder that holds {_url_name(url)}, or pass {instead} instead"
     )
 
 
@@ -246,7 +246,8 @@ def fetch_dataset(
                     with contextlib.suppress(OSError):
                         (tmp / item.filename).unlink()
             if last is not None:
-                raise _failed(f"data set {name} ({item.filename})", last[0], final.parent, last[1])
+                folder = "the data set's folder with --data"
+                raise _failed(f"data set {name} ({item.filename})", last[0], final.parent, last[1], folder)
     return final
 
 
