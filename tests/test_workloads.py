@@ -174,7 +174,7 @@ def test_style_transfer_loads_vgg_weights(tmp_path):
 
 # ---------- style transfer: bad weights and image files are one line, named, with what to pass ----------
 
-WEIGHTS_HINT = "pass the file torchvision's VGG19 weights download wrote"
+WEIGHTS_HINT = "pass vgg_weights=imagenet (torchvision's VGG19 weights, fetched on first use) or the file torchvision's"
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:

@@ -81,7 +81,7 @@ def check_run_fields(cfg: RunConfig) -> None:
     for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
         if value is not None and value < least:
             raise GpulabError(f"--{name} must be at least {least}, got {value}")
-    from gpulab.workloads.data import is_digits
+    from gpulab.workloads.data import named
 
     if cfg.workload == "style_transfer" and (cfg.optimizer is not None or cfg.learning_rate is not None):
         raise GpulabError(
@@ -89,10 +89,10 @@ def check_run_fields(cfg: RunConfig) -> None:
             "set its rate with --param learning_rate=VALUE"
         )
 
-    if cfg.data is not None and not is_digits(cfg.data) and not Path(cfg.data).exists():
+    if cfg.data is not None and named(cfg.data) is None and not Path(cfg.data).exists():
         raise GpulabError(
-            f"--data {cfg.data}: no such file or directory; pass the dataset's path, digits (the built-in set) "
-            "or drop --data"
+            f"--data {cfg.data}: no such file or directory; pass the dataset's path, digits (the built-in set), "
+            "mnist or cifar10 (fetched on first use) or drop --data"
         )
 
 
@@ -470,6 +470,9 @@ def launch_params(
         loss_falling=loss < first_loss if loss is not None and first_loss is not None else None,
     )
     params.update(extra)
+    from gpulab.workloads.stand_ins import stand_ins
+
+    params["stand_ins"] = stand_ins(cfg.workload, params)
     return jsonable(params)
 
 

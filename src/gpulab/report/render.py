@@ -352,6 +352,15 @@ def verdict_text(report: Report) -> str:
     return text
 
 
+def stand_ins_text(report: Report) -> str | None:
+    """The stand-ins the report's runs recorded (random weights, stand-in data), or None: "Stand-ins: random VGG19
+    weights (style_transfer; 2 rows)"."""
+    from gpulab.workloads.stand_ins import summary
+
+    text = summary(((r.series(), r.params.get("stand_ins") or []) for r in report.results), "row")
+    return f"Stand-ins: {text}; these rows did not run on the real weights or data" if text else None
+
+
 def run_text(report: Report) -> str:
     """One line naming the machine and the run: host · GPUs · tier · when · how long."""
     names = Counter(str(g.get("name", "?")) for g in report.fingerprint.get("gpus") or [])
@@ -519,6 +528,8 @@ def _md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str
 
 def _md_verdict(report: Report) -> list[str]:
     out = ["## Verdict", "", f"**{_md_cell(verdict_text(report))}**", "", _md_cell(run_text(report)), ""]
+    if stand_ins := stand_ins_text(report):
+        out += [f"> **{_md_cell(stand_ins)}**", ""]
     if report.interrupted:
         out += ["> **Interrupted:** the run was stopped before every test ran; results are partial.", ""]
     return out
@@ -996,6 +1007,8 @@ def _html_verdict(report: Report) -> str:
         f'<div class="verdict v-{verdict(report)}"><span class="word">{_e(word)}</span> {_e(detail)}</div>'
         f'<p class="run">{_e(run_text(report))}</p>'
     )
+    if stand_ins := stand_ins_text(report):
+        out += f'<p class="banner">{_e(stand_ins)}</p>'
     if report.interrupted:
         out += (
             '<p class="banner"><strong>Interrupted:</strong> the run was stopped before every test ran; '

@@ -2,22 +2,22 @@
 
 Front: what ran and how it went (runs ok/failed, wall time, the share of it spent in the runs' own iterations,
 the overhead per run), the comparison with the study's published baseline in one line, per-worker utilisation.
-Then the loss curves, the per-parameter image grids (the original study's visual comparison: one row per varied
-parameter, its values left to right), and the runs table. Images are linked from the run folders, not embedded:
-a full study has hundreds.
+Then the loss curves (one plot per varied parameter, a legend by its values), the per-parameter image grids (the
+original study's visual comparison: one row per varied parameter, the content and style references first, then its
+values left to right with the final loss under each and the lowest marked), and the runs table. Images are
+embedded as small thumbnails, so the page stands alone when copied.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import posixpath
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulab.errors import GpulabError
 from gpulab.report.io import atomic_write_text
 from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
 from gpulab.studies import baselines, ledger
@@ -25,12 +25,21 @@ from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
 from gpulab.studies.task import outcome, study_relative
+from gpulab.workloads.stand_ins import stand_ins
+from gpulab.workloads.stand_ins import summary as stand_ins_summary
 
 EXTRA_CSS = """
-.grid{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0 1rem}
-.grid figure{margin:0;width:132px;font-size:.75rem;text-align:center}
-.grid img{width:128px;height:auto;image-rendering:auto;border:1px solid #ddd}
-.grid .failed{color:#c62828}
+.prow{display:flex;gap:1rem;align-items:flex-start;margin:.4rem 0 1.2rem}
+.refs{display:flex;gap:.4rem;padding-right:.8rem;border-right:2px solid #ccc}
+.grid{display:flex;flex-wrap:wrap;gap:.6rem .5rem;flex:1}
+.prow figure{margin:0;width:150px;font-size:.8rem;line-height:1.25;text-align:center;overflow-wrap:anywhere}
+.prow img{width:144px;height:auto;border:3px solid transparent;outline:1px solid #ddd}
+.prow img.best{border-color:#2e7d32}
+.prow figcaption .value{font-weight:600}
+.prow figcaption .best{color:#2e7d32;font-weight:600}
+.prow .failed{color:#c62828}
+.prow .missing{width:144px;height:96px;display:flex;align-items:center;justify-content:center;background:#f4f4f4}
+.note{font-size:.9rem;color:#444;margin:.2rem 0}
 .headline{font-size:1.1rem;padding:.5rem 1rem;border-left:.4rem solid #4c78a8;background:#f4f6f8}
 """
 
@@ -57,6 +66,7 @@ class Run:
     time_to_target_s: float | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
     gpus_used: int | None = None  # the devices a whole-machine run took (`gpulab run`'s n); None: a worker's one
+    stand_ins: list[str] = field(default_factory=list)  # random weights, stand-in data (gpulab.workloads.stand_ins)
 
 
 @dataclass
@@ -122,9 +132,32 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 time_to_target_s=_num(row.get("time_to_target_s")),
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],
                 gpus_used=int(n) if (n := _num(row.get("gpus_used"))) is not None else None,
+                stand_ins=_stand_ins(row, study),
             )
         )
     return runs
+
+
+def _stand_ins(row: dict[str, Any], study: Study) -> list[str]:
+    """The run's recorded stand-ins; for rows written before they were recorded, read from its weights and data."""
+    recorded = row.get("stand_ins")
+    if isinstance(recorded, (list, tuple)):
+        return [str(s) for s in recorded]
+    if not isinstance(row.get("weights"), str) and not isinstance(row.get("data_used"), str):
+        return []
+    facts = {"weights": row.get("weights"), "data": row.get("data_used"), "workload_params": row}
+    return stand_ins(study.workload, facts)
+
+
+def stand_ins_line(runs: Sequence[Run], workload: str) -> str | None:
+    """ "Stand-ins: random VGG19 weights (style_transfer; 252 runs) …" when any run used one, else None."""
+    text = stand_ins_summary((workload, r.stand_ins) for r in runs)
+    if text is None:
+        return None
+    return (
+        f"Stand-ins: {text}. Losses, metrics and images show these, not the published "
+        "experiment's (vgg_weights=imagenet, pretrained=imagenet and --data mnist / cifar10 fetch the real ones)"
+    )
 
 
 def summarise(runs: Sequence[Run], sessions: Sequence[dict[str, Any]]) -> Summary:
@@ -185,6 +218,66 @@ def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = (
         ax.legend(fontsize="small")
     ax.set_title(f"loss curves ({len(drawn)} runs)")
     return _png(fig)
+
+
+LEGEND_VALUES = 12  # more values than this: a colour bar over the values instead of legend entries
+
+
+def _points(run: Run) -> list[tuple[float, float]]:
+    return [
+        (float(p[0]), float(p[1]))
+        for p in run.curve
+        if isinstance(p, (list, tuple)) and len(p) == 2 and _num(p[0]) is not None and _num(p[1]) is not None
+    ]
+
+
+def plot_param_curves(runs: Sequence[Run], name: str) -> str | None:
+    """The loss curves of the runs that vary `name` (a star study's row), coloured in value order, with a legend
+    of the values (a colour bar where there are many)."""
+    import matplotlib as mpl
+
+    drawn = [r for r in runs if r.status == "ok" and len(_points(r)) >= 2]
+    if not drawn:
+        return None
+    values = sorted({_short(r.values.get(name)) for r in drawn}, key=lambda v: (_as_number(v), v))
+    cmap = mpl.colormaps["viridis"]
+    colour = {v: cmap(i / max(1, len(values) - 1)) for i, v in enumerate(values)}
+    fig = _figure(9, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    labelled: set[str] = set()
+    for r in sorted(drawn, key=lambda r: values.index(_short(r.values.get(name)))):
+        value = _short(r.values.get(name))
+        points = _points(r)
+        label = f"{name}={value}" if value not in labelled and len(values) <= LEGEND_VALUES else None
+        labelled.add(value)
+        ax.plot([p[0] for p in points], [p[1] for p in points], color=colour[value], linewidth=1.0, label=label)
+    epochs = all(r.epochs for r in drawn)
+    ax.set_xlabel("epoch" if epochs else "step")
+    ax.set_ylabel("loss")
+    if all(p[1] > 0 for r in drawn for p in _points(r)):
+        ax.set_yscale("log")
+    if len(values) <= LEGEND_VALUES:
+        ax.legend(fontsize="small", title=name, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        bar = fig.colorbar(mpl.cm.ScalarMappable(cmap=cmap, norm=mpl.colors.Normalize(0, len(values) - 1)), ax=ax)
+        ticks = sorted({0, len(values) // 2, len(values) - 1})
+        bar.set_ticks(ticks, labels=[values[t] for t in ticks])
+        bar.set_label(name)
+    ax.set_title(f"loss curves varying {name} ({len(drawn)} runs)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _as_number(text: str) -> float:
+    number = _num(_to_float(text))
+    return number if number is not None else math.inf
+
+
+def _to_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def image_grids(runs: Sequence[Run], study: Study) -> list[tuple[str, list[Run]]]:
@@ -266,6 +359,8 @@ class StudyPage:
     columns: list[str]
     gpu_use: list[tuple[Any, ...]] = field(default_factory=list)
     counts_line: str | None = None  # planned, done, failed, missing, repeated (studies.ledger)
+    stand_ins_line: str | None = None
+    study_dir: Path | None = None  # where the runs' images are (embedded from there)
 
 
 def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -293,8 +388,16 @@ def build(study_dir: Path) -> StudyPage:
     sessions = read_sessions(study_dir)
     summary = summarise(runs, sessions)
     line = baselines.compare_line(study, runs) if study.baseline else None
-    counts = ledger.summary_line(study, df)
-    return StudyPage(study, runs, summary, line, varied_columns(study), _gpu_use(sessions), counts)
+    return StudyPage(
+        study,
+        runs,
+        summary,
+        line,
+        varied_columns(study),
+        _gpu_use(sessions),
+        counts_line=ledger.summary_line(study, df),
+        stand_ins_line=stand_ins_line(runs, study.workload),
+    )
 
 
 def to_markdown(page: StudyPage) -> str:
@@ -306,6 +409,8 @@ def to_markdown(page: StudyPage) -> str:
     out += [f"- {headline(page.summary, s.whole_machine)}"]
     if page.baseline_line:
         out += [f"- {page.baseline_line}"]
+    if page.stand_ins_line:
+        out += [f"- **{page.stand_ins_line}**"]
     out += ["", "## Workers", ""]
     out += _md_table(
         ("worker", "runs", "busy", "share of wall time"),
@@ -322,23 +427,126 @@ def _RUN_HEADERS(columns: Sequence[str]) -> tuple[str, ...]:
     return ("run", *columns, "status", "wall", "iterations", "overhead", "final loss", "metric", "device", "failure")
 
 
-def _grid_html(page: StudyPage, base: str) -> str:
+# Parameters that weigh the loss's own terms: a lower loss under another value of these is not a better image.
+LOSS_WEIGHTS = ("content_weight", "content_weight_blend", "style_weight", "tv_weight", "style_layer_weight_exp",
+                "style_scales")  # fmt: skip
+THUMB_WIDTH = 144  # pixels of an embedded image's width (the page shows them at this size)
+
+
+def _thumbnail(array_or_path: Any, study_dir: Path | None = None) -> str | None:
+    """A small JPEG of an image (an array, or a run's output inside the study directory) as base64; None when it
+    cannot be read or the path leaves the study directory."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from gpulab.errors import GpulabError
+    from gpulab.paths import input_file
+
+    try:
+        if isinstance(array_or_path, str):
+            if study_dir is None:
+                return None
+            root = study_dir.resolve()
+            path = (root / array_or_path).resolve()
+            if root not in path.parents:
+                return None
+            with Image.open(input_file(path, "image", limit=256 << 20)) as opened:
+                img = opened.convert("RGB")
+        else:
+            img = Image.fromarray(np.asarray(array_or_path, dtype=np.uint8)).convert("RGB")
+        img.thumbnail((THUMB_WIDTH, THUMB_WIDTH * 4))
+        buffer = io.BytesIO()
+        img.save(buffer, "JPEG", quality=88)
+    except (GpulabError, OSError, ValueError, TypeError):
+        return None
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def references(study: Study) -> list[tuple[str, str, Any]]:
+    """(label, source, image array) of the content and style images the study's runs share: its fixed content and
+    style, else style transfer's defaults. Empty for other workloads, and for a reference the study varies."""
+    if study.workload != "style_transfer":
+        return []
+    from gpulab.workloads import style_transfer as st
+
+    out = []
+    for kind in ("content", "style"):
+        if kind in study.vary.params:
+            continue
+        given = study.fixed.get(kind)
+        items = given if isinstance(given, list) else [given]
+        for item in items:
+            try:
+                if isinstance(item, str):
+                    path = st.input_file(kind, item, st.IMAGE_HINT)
+                    assert path is not None
+                    out.append((kind, path.name, st._load_image(path, kind)))
+                else:
+                    array, source = st.default_image(kind)
+                    out.append((kind, source, array))
+            except GpulabError:
+                out.append((kind, f"{item} (unreadable)", None))
+    return out
+
+
+def _best(members: Sequence[Run]) -> Run | None:
+    done = [r for r in members if r.status == "ok" and r.final_loss is not None]
+    return min(done, key=lambda r: r.final_loss or 0.0) if done else None
+
+
+def _figure_html(src: str | None, alt: str, caption: str, *, best: bool = False) -> str:
+    img = (
+        f'<img{" class=best" if best else ""} alt="{_e(alt)}" src="data:image/jpeg;base64,{src}">'
+        if src
+        else f'<div class="missing">{_e("no image")}</div>'
+    )
+    return f"<figure>{img}<figcaption>{caption}</figcaption></figure>"
+
+
+def _refs_html(study: Study) -> str:
+    figures = []
+    for label, source, array in references(study):
+        thumb = _thumbnail(array) if array is not None else None
+        caption = f'<span class="value">{_e(label)}</span><br>{_e(source)}'
+        figures.append(_figure_html(thumb, label, caption).replace("<figure>", '<figure class="ref">', 1))
+    return f"<div class='refs'>{''.join(figures)}</div>" if figures else ""
+
+
+def _grid_html(page: StudyPage) -> str:
+    refs = _refs_html(page.study)
     parts = []
     for name, members in image_grids(page.runs, page.study):
+        best = _best(members)
         figures = []
         for r in members:
-            cls = ' class="failed"' if r.status != "ok" else ""
-            src = _e(posixpath.join(base, r.output or "") if base != "." else r.output or "")
-            figures.append(
-                f'<figure><a href="{src}"><img loading="lazy" src="{src}" alt="{_e(_caption(r, name))}"></a>'
-                f"<figcaption{cls}>{_e(_caption(r, name))}</figcaption></figure>"
-            )
-        parts.append(f"<h3>{_e(name)}</h3><div class='grid'>{''.join(figures)}</div>")
+            value = _short(r.values.get(name)) if name in r.values else _caption(r, None)
+            lines = [f'<span class="value">{_e(value)}</span>']
+            if r.status != "ok":
+                lines.append(f'<span class="failed">{_e(r.status)}</span>')
+            elif r.final_loss is not None:
+                lines.append(f"loss {_e(f'{r.final_loss:.3g}')}")
+            if r is best:
+                lines.append('<span class="best">★ lowest loss</span>')
+            alt = _caption(r, name if name in r.values else None)
+            figures.append(_figure_html(_thumbnail(r.output, page.study_dir), alt, "<br>".join(lines), best=r is best))
+        note = f"{len(members)} run(s) in value order"
+        if best is not None:
+            where = _caption(best, name if name in best.values else None)
+            note += f"; lowest final loss {best.final_loss:.3g} at {where}"
+        if name in LOSS_WEIGHTS:
+            note += f" ({name} weighs the loss itself: losses under different values do not compare; judge the images)"
+        parts.append(
+            f"<h3>{_e(name)}</h3><p class='note'>{_e(note)}</p>"
+            f"<div class='prow'>{refs}<div class='grid'>{''.join(figures)}</div></div>"
+        )
     return "".join(parts)
 
 
-def to_html(page: StudyPage, base: str = ".") -> str:
-    """The page; `base` is the study directory relative to where the page is written (images are linked)."""
+def to_html(page: StudyPage) -> str:
+    """The page, self-contained: plots and images embedded."""
     s = page.study
     title = f"Study {s.name}" + (f" ({s.variant})" if s.variant else "")
     body = [f"<h1>{_e(title)}</h1>"]
@@ -349,6 +557,8 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     body.append(f"<p class='headline'>{_e(headline(page.summary, s.whole_machine))}</p>")
     if page.baseline_line:
         body.append(f"<p class='headline'>{_e(page.baseline_line)}</p>")
+    if page.stand_ins_line:
+        body.append(f"<p class='banner'>{_e(page.stand_ins_line)}</p>")
     body.append("<h2>Workers</h2>")
     body.append(
         _html_table(
@@ -360,10 +570,14 @@ def to_html(page: StudyPage, base: str = ".") -> str:
     if page.gpu_use:
         body.append("<h3>GPU use while the study ran (NVML)</h3>")
         body.append(_html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
-    curves = plot_curves(page.runs, columns=page.columns)
-    if curves:
+    if s.vary.mode == "star" and s.vary.params:
+        plots = [(n, plot_param_curves([r for r in page.runs if r.vary == n], n)) for n in s.vary.params]
+        shown = "".join(_img(png, f"loss curves varying {n}") for n, png in plots if png)
+        if shown:
+            body.append("<h2>Loss curves</h2>" + shown)
+    elif curves := plot_curves(page.runs, columns=page.columns):
         body.append("<h2>Loss curves</h2>" + _img(curves, "loss curves"))
-    grids = _grid_html(page, base)
+    grids = _grid_html(page)
     if grids:
         body.append("<h2>Images per parameter</h2>" + grids)
     headers = _RUN_HEADERS(page.columns)
@@ -381,8 +595,7 @@ def write_report(study_dir: Path, *, html: Path | None = None, md: Path | None =
     page = build(study_dir)
     html_path = Path(html) if html else study_dir / "report.html"
     md_path = Path(md) if md else study_dir / "report.md"
-    base = os.path.relpath(study_dir.resolve(), html_path.resolve().parent)
-    atomic_write_text(html_path, to_html(page, base))
+    atomic_write_text(html_path, to_html(page))
     atomic_write_text(md_path, to_markdown(page))
     return html_path, md_path
 

@@ -99,6 +99,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                     "samples_per_s_min_max": [min(rates), max(rates)],
                     "precisions": precisions,
                     "work": study_work(study, members),
+                    "stand_ins": sorted({str(s) for r in members for s in r.get("stand_ins") or []}),
                     **({"mode": "epochs"} if study.epochs else {}),  # an epoch series, apart from timed steps
                 },
             )

@@ -97,7 +97,7 @@ def _check_data(study: Study) -> None:
         return
     raise GpulabError(
         f"data {study.data}: no such file or directory; pass the data set's folder with --data (or data: in the "
-        "study file), or digits / generated"
+        "study file), or one of " + " / ".join(NAMED_DATA)
     )
 
 
@@ -204,13 +204,16 @@ def run_study(
                 df = _psweep_run(todo, study_dir, df)
         else:
             if chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
+                rows = [df]
+
+                def probe(psets: list[dict[str, Any]], client: Any) -> Any:
+                    rows[0] = _psweep_run(psets, study_dir, rows[0], dask_client=client)
+                    return rows[0]
+
                 chosen, todo, session.packing = packing.plan(
-                    study.per_gpu,
-                    chosen,
-                    todo,
-                    read_sessions(study_dir),
-                    lambda psets, client: _psweep_run(psets, study_dir, dask_client=client),
+                    study.per_gpu, chosen, todo, read_sessions(study_dir), probe
                 )
+                df = rows[0]
             with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
                 with watching(finished_counter(study_dir, client), len(todo), progress):

@@ -40,11 +40,13 @@ import yaml
 from gpulab import names
 from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
+from gpulab.workloads import data as data_names
 
 MAX_STUDY_BYTES = 1 << 20
 MAX_RUNS = 20_000  # a study's runs (sets × repeat): beyond, a mistake in the file, refused before any work
 MACHINE_PARAMS = ("launcher", "gpus")  # varied with a whole-machine launcher
-NAMED_DATA = ("digits", "generated")  # scikit-learn's digits; a small set made in the study directory
+# scikit-learn's digits, torchvision's data sets (fetched on first use), a small set made in the study directory
+NAMED_DATA = (*data_names.NAMED, "generated")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MODES = ("star", "grid", "zip")
 WORKER = "worker"  # a run on one worker's device (gpu, or cpu on a worker without one)

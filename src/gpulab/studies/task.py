@@ -24,6 +24,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
+from gpulab.workloads.stand_ins import stand_ins
 
 DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
 LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
@@ -196,6 +197,7 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "weights": session.info.get("weights"),
         "data_used": session.info.get("data"),
         "loop_started": marks[0] if marks else None,
+        "stand_ins": stand_ins(cfg.workload, {**session.info, "workload_params": cfg.params}),
     }
     if device.startswith("cuda"):
         facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
@@ -234,6 +236,9 @@ def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
         "best_metric": record.get("best_metric"),
         "time_to_target_s": record.get("time_to_target_s"),
         "epoch_records": epochs,
+        "stand_ins": stand_ins(
+            cfg.workload, {"data": record.get("data"), "weights": record.get("weights"), "workload_params": cfg.params}
+        ),
     }
 
 
@@ -339,6 +344,7 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "time_to_target_s": record.get("time_to_target_s"),
         "epoch_records": record.get("epochs"),
         "loss_curve": [[e.get("epoch"), e.get("train_loss")] for e in record.get("epochs") or []],
+        "stand_ins": params.get("stand_ins") or [],
     }
 
 

@@ -196,7 +196,7 @@ def resnet50(cfg: RunConfig, fraction: float) -> Recipe:
     )
     return Recipe(
         task=Task((3, st.crop, st.crop), classes),
-        make_model=lambda: r.make_model(classes),
+        make_model=lambda: r.make_model(classes, st.start),
         own_optimizer=r.own_optimizer(st),
         batch=st.batch,
         train_augment=augment,
@@ -234,7 +234,7 @@ def chexnet(cfg: RunConfig, fraction: float) -> Recipe:
     )
     return Recipe(
         task=Task((3, st.crop, st.crop), x.CLASSES, multilabel=True),
-        make_model=x.make_model,
+        make_model=lambda: x.make_model(st.start),
         own_optimizer=x.own_optimizer(st),
         batch=st.batch,
         train_augment=augment,

@@ -119,16 +119,27 @@ def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], tuple[lis
 
 def _rows(groups: dict[tuple[Any, ...], tuple[list[Result], list[str]]]) -> list[KnownGood]:
     """One row per key: the median of every measurement of it, from every report that has it (their sources joined)."""
-    rows = [
-        KnownGood(
-            *key,
-            value=round(statistics.median(r.value for r in results), 1),
-            unit=results[0].unit,
-            measurements=len(results),
-            source="; ".join(sources),
+    rows = []
+    for key, (results, sources) in groups.items():
+        model, workload, framework, launcher, n, precision, size, channels_last, batch = key
+        value = round(statistics.median(r.value for r in results), 1)
+        rows.append(
+            KnownGood(
+                model,
+                workload,
+                framework,
+                launcher,
+                n,
+                precision,
+                size,
+                channels_last,
+                batch,
+                value=value,
+                unit=results[0].unit,
+                measurements=len(results),
+                source="; ".join(sources),
+            )
         )
-        for key, (results, sources) in groups.items()
-    ]
     return sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab.workloads import pretrained
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     ClassifierSession,
@@ -18,19 +19,27 @@ from gpulab.workloads.common import (
     check_config,
     choose_optimizer,
 )
+from gpulab.workloads.pretrained import Start
 
 # size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
 SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
 IMAGE = {"tiny": 64}  # crop side; 224 for other sizes
 CLASSES = 14
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-DEFAULTS: dict[str, Any] = {"image": None, "learning_rate": 1e-3}  # image: crop side (loads at side·264/224)
+# image: crop side (loads at side·264/224); pretrained: imagenet (CheXNet's start), a URL or a file; None: random
+DEFAULTS: dict[str, Any] = {"image": None, "learning_rate": 1e-3, "pretrained": None}
 
 
-def make_model() -> Any:
+def make_model(begin: Start | None = None, described: list[str] | None = None) -> Any:
+    """DenseNet121 with 14 outputs, from `begin`'s weights (all but the classifier) or random; the weights'
+    description is appended to `described`."""
     from gpulab.workloads.tv import import_torchvision
 
-    return import_torchvision().models.densenet121(weights=None, num_classes=CLASSES)
+    model = import_torchvision().models.densenet121(weights=None, num_classes=CLASSES)
+    what = pretrained.load(model, begin, "chexnet") if begin is not None else "random"
+    if described is not None:
+        described.append(what)
+    return model
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class Settings:
     crop: int
     side: int
     lr: float
+    start: Start
 
 
 def settings(cfg: RunConfig) -> Settings:
@@ -49,7 +59,9 @@ def settings(cfg: RunConfig) -> Settings:
     p = Params("chexnet", cfg.params, DEFAULTS)
     batch, steps = check_config(cfg, SIZES)
     crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
-    return Settings(batch, steps, crop, round(crop * 264 / 224), p.number("learning_rate", above=True))
+    lr = p.number("learning_rate", above=True)
+    begin = pretrained.start("chexnet", p.raw("pretrained"), "densenet121", "classifier.")
+    return Settings(batch, steps, crop, round(crop * 264 / 224), lr, begin)
 
 
 def own_optimizer(st: Settings) -> OwnOptimizer:
@@ -77,12 +89,13 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
         return DeviceAugment(crop=crop, flip=True, mean=mean, std=std, channels_last=cfg.channels_last, seed=cfg.seed)
 
-    return build_classifier(
+    described: list[str] = []
+    session = build_classifier(
         cfg,
         device,
         batch=batch,
         steps=steps,
-        make_model=make_model,
+        make_model=lambda: make_model(st.start, described),
         make_optimizer=make_optimizer,
         task=Task((3, side, side), CLASSES, multilabel=True),
         synthetic_augment=augment(),
@@ -90,3 +103,5 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         real_augment=augment(MEAN, STD),
         info={"image_hw": [crop, crop], "loaded_hw": [side, side], "augment": f"crop {crop} of {side}, flip"},
     )
+    session.info["weights"] = described[-1]
+    return session

@@ -405,7 +405,15 @@ def seed_everything(seed: int) -> None:
 
 
 def data_root(cfg: RunConfig) -> Path:
+    """The data set's folder: the path given, or a named one (mnist, cifar10) fetched into gpulab's cache."""
     assert cfg.data is not None
+    from gpulab.workloads.data import FETCHED, named
+
+    name = named(cfg.data)
+    if name in FETCHED:
+        from gpulab.workloads.fetch import fetch_dataset
+
+        return fetch_dataset(name)
     root = Path(cfg.data).expanduser()
     if not root.exists():
         raise GpulabError(f"{cfg.workload}: data path {root} does not exist")

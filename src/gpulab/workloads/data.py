@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
 import pickle
 import struct
 from collections.abc import Sequence
@@ -243,18 +244,107 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# ---------- ChestX-ray14 as NIH publishes it ----------
+
+CHESTXRAY14_CSVS = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv")
+# The 14 findings in CheXNet's order (its output columns); "No Finding" is none of them.
+CHESTXRAY14_FINDINGS = (
+    "Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia", "Pneumothorax",
+    "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia",
+)  # fmt: skip
+CHESTXRAY14_LAYOUT = (
+    "ChestX-ray14 as NIH publishes it: Data_Entry_2017.csv (columns Image Index, Finding Labels) beside images/ or "
+    "the unpacked images_001..012/images/ folders (train_val_list.txt, if present, picks the training images)"
+)
+
+
+def is_chestxray14(root: Path) -> bool:
+    """`root` holds NIH's ChestX-ray14 index (Data_Entry_2017*.csv)."""
+    return root.is_dir() and any((root / name).is_file() for name in CHESTXRAY14_CSVS)
+
+
+def _chestxray14_images(root: Path) -> dict[str, str]:
+    """Image file name -> path relative to root, over images/ and images_NNN/images/ (or images_NNN/)."""
+    folders = [root / "images"]
+    for batch in sorted(root.glob("images_*")):
+        folders.append(batch / "images" if (batch / "images").is_dir() else batch)
+    found: dict[str, str] = {}
+    for folder in folders:
+        if folder.is_dir():
+            for entry in os.scandir(folder):
+                if entry.name.endswith(".png"):
+                    found.setdefault(entry.name, str(Path(entry.path).relative_to(root)))
+    return found
+
+
+def read_chestxray14(root: Path, workload: str = "chexnet") -> tuple[Path, list[str], Any]:
+    """(root, relative image paths, labels N×14 float32) from NIH's layout, checked: the index's columns, every
+    finding one of the 14 (or No Finding), every listed image present."""
+    import numpy as np
+
+    csv_path = next(root / name for name in CHESTXRAY14_CSVS if (root / name).is_file())
+    problem = f"{workload}: {root} is not {CHESTXRAY14_LAYOUT}"
+    try:
+        with csv_path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise GpulabError(f"{workload}: cannot read {csv_path}: {err}") from None
+    if not rows or not {"Image Index", "Finding Labels"} <= set(rows[0]):
+        raise GpulabError(f"{problem}: {csv_path.name} has no Image Index and Finding Labels columns")
+    keep: set[str] | None = None
+    if (root / "train_val_list.txt").is_file():
+        keep = {line.strip() for line in (root / "train_val_list.txt").read_text().splitlines() if line.strip()}
+    images = _chestxray14_images(root)
+    if not images:
+        raise GpulabError(f"{problem}: no .png images under images/ or images_NNN/images/")
+    index = {name: k for k, name in enumerate(CHESTXRAY14_FINDINGS)}
+    paths: list[str] = []
+    labels: list[list[float]] = []
+    missing: list[str] = []
+    for number, row in enumerate(rows, start=2):
+        name = (row.get("Image Index") or "").strip()
+        if keep is not None and name not in keep:
+            continue
+        findings = [f.strip() for f in (row.get("Finding Labels") or "").split("|") if f.strip()]
+        unknown = [f for f in findings if f not in index and f != "No Finding"]
+        if unknown:
+            raise GpulabError(
+                f"{problem}: {csv_path.name} line {number} names finding {unknown[0]!r}, not one of the 14 "
+                f"({', '.join(CHESTXRAY14_FINDINGS)}) or No Finding"
+            )
+        if name not in images:
+            missing.append(name)
+            continue
+        vector = [0.0] * len(CHESTXRAY14_FINDINGS)
+        for finding in findings:
+            if finding in index:
+                vector[index[finding]] = 1.0
+        paths.append(images[name])
+        labels.append(vector)
+    if missing:
+        raise GpulabError(
+            f"{problem}: {len(missing)} of {len(missing) + len(paths)} listed images are missing (e.g. {missing[0]}); "
+            "unpack every images_NNN.tar.gz there"
+        )
+    return root, paths, np.asarray(labels, dtype=np.float32)
+
+
 def read_labels_csv(root: Path, workload: str, label_columns: int) -> tuple[Path, list[str], Any]:
-    """(image folder, relative paths, labels) from `labels.csv` in `root` (or `root` itself if it is a CSV).
+    """(image folder, relative paths, labels) from `labels.csv` in `root` (or `root` itself if it is a CSV); for
+    chexnet's 14 columns also NIH's own ChestX-ray14 layout (read_chestxray14).
 
     label_columns 1: `path,label` (integer class); more: `path,l1..lN` (0/1 per class). A header row is skipped."""
     import numpy as np
 
+    if label_columns == len(CHESTXRAY14_FINDINGS) and is_chestxray14(root):
+        return read_chestxray14(root, workload)
     csv_path = root if root.is_file() else root / LABELS_CSV
     layout = "path,label" if label_columns == 1 else f"path,l1..l{label_columns}"
     if not csv_path.is_file():
+        nih = f", or {CHESTXRAY14_LAYOUT}" if label_columns == len(CHESTXRAY14_FINDINGS) else ""
         raise GpulabError(
             f"{workload}: no {LABELS_CSV} in {root}: expected an image folder with {LABELS_CSV} (columns {layout}, "
-            "paths relative to the CSV's folder)"
+            f"paths relative to the CSV's folder){nih}"
         )
     folder = csv_path.parent
     paths: list[str] = []
@@ -375,9 +465,21 @@ DIGITS = "digits"  # `--data digits`: scikit-learn's 1797 8×8 digits, no files 
 DIGITS_VAL = 0.2  # the share its fixed split holds out for validation
 
 
+FETCHED = ("mnist", "cifar10")  # `--data mnist`: torchvision's published data set, fetched into gpulab's cache
+NAMED = (DIGITS, *FETCHED)
+
+
+def named(data: Path | str | None) -> str | None:
+    """The named data set `data` asks for (digits, mnist, cifar10), unless a file or folder of that name is where
+    the run starts."""
+    if data is None or str(data) not in NAMED or Path(data).exists():
+        return None
+    return str(data)
+
+
 def is_digits(data: Path | None) -> bool:
     """`--data digits` names the built-in set, unless a file or folder of that name is where the run starts."""
-    return data is not None and str(data) == DIGITS and not Path(DIGITS).exists()
+    return named(data) == DIGITS
 
 
 def digits_images(side: int = 28, frame: int = 20, channels: int = 1) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.workloads import pretrained
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     ClassifierSession,
@@ -21,6 +22,7 @@ from gpulab.workloads.common import (
     check_config,
     choose_optimizer,
 )
+from gpulab.workloads.pretrained import Start
 
 # size: (batch per device, steps)
 SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
@@ -32,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "learning_rate": 0.1,
     "momentum": 0.9,
     "weight_decay": 1e-4,
+    "pretrained": None,  # imagenet (torchvision's weights, all but the fc head), a URL or a file; None: random
 }
 
 
@@ -47,6 +50,7 @@ class Settings:
     lr: float
     momentum: float
     weight_decay: float
+    start: Start
 
 
 def settings(cfg: RunConfig) -> Settings:
@@ -63,13 +67,20 @@ def settings(cfg: RunConfig) -> Settings:
         p.number("learning_rate", above=True),
         p.number("momentum", maximum=1.0),
         p.number("weight_decay"),
+        pretrained.start("resnet50", p.raw("pretrained"), "resnet50", "fc."),
     )
 
 
-def make_model(classes: int) -> Any:
+def make_model(classes: int, begin: Start | None = None, described: list[str] | None = None) -> Any:
+    """ResNet50 with `classes` outputs, from `begin`'s weights (the fc head too when it has 1000 classes) or random;
+    the weights' description is appended to `described`."""
     from gpulab.workloads.tv import import_torchvision
 
-    return import_torchvision().models.resnet50(weights=None, num_classes=classes)
+    model = import_torchvision().models.resnet50(weights=None, num_classes=classes)
+    what = pretrained.load(model, begin, "resnet50") if begin is not None else "random"
+    if described is not None:
+        described.append(what)
+    return model
 
 
 def own_optimizer(st: Settings) -> OwnOptimizer:
@@ -118,12 +129,13 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
             )
         return ImageFolderCSV(folder, paths, values.astype(np.int64), side), False
 
+    described: list[str] = []
     session = build_classifier(
         cfg,
         device,
         batch=batch,
         steps=steps,
-        make_model=lambda: make_model(classes[0]),
+        make_model=lambda: make_model(classes[0], st.start, described),
         make_optimizer=make_optimizer,
         task=Task((3, crop, crop), st.classes),
         synthetic_augment=None,
@@ -134,4 +146,5 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         info={"image_hw": [crop, crop]},
     )
     session.info["classes"] = classes[0]
+    session.info["weights"] = described[-1]
     return session

@@ -3,7 +3,8 @@
 Loss as in the classic TensorFlow neural-style: content (mean squared feature difference at relu4_2/relu5_2, blended),
 style (mean squared Gram-matrix difference at relu1_1..relu5_1, layer weights ∝ exp^i), total variation (mean squared
 neighbour difference). The image lives in 0..255 pixel space, so the classic learning rate 1e1 applies; it is
-normalised for torchvision's VGG19 on the way in. VGG weights are random unless `vgg_weights` names a state_dict.
+normalised for torchvision's VGG19 on the way in. VGG weights are random unless `vgg_weights` names a state_dict:
+a file, `imagenet` (torchvision's published VGG19 weights, fetched on first use) or an http(s) URL (gpulab.fetch).
 
 Per step: one forward through `features` up to the deepest layer in use (never beyond relu5_2), the losses, one
 backward, one Adam step; targets are computed once without gradients; nothing synchronises. The forward and the
@@ -18,6 +19,7 @@ import math
 import os
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "content": None,  # image path; default: scikit-learn's china.jpg, else a generated image
     "style": None,  # image path or list of paths; default: scikit-learn's flower.jpg, else a generated image
     "output": None,  # where finish() writes the result image
-    "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only)
+    "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only): a path, imagenet or a URL
     "loop": "eager",  # eager | compile | compile-graphs (torch only; see LOOPS)
 }
 
@@ -74,7 +76,8 @@ MAX_INPUT_BYTES = 4 * 1024**3  # VGG19's weights are 548 MB; an image is far les
 # What to pass instead, in the one-line error a bad input file gets.
 IMAGE_HINT = "pass an image file Pillow reads (JPEG, PNG, ...)"
 VGG_WEIGHTS_HINT = (
-    "pass the file torchvision's VGG19 weights download wrote (vgg19-dcbb9e9d.pth in ~/.cache/torch/hub/checkpoints)"
+    "pass vgg_weights=imagenet (torchvision's VGG19 weights, fetched on first use) or the file torchvision's "
+    "download wrote (vgg19-dcbb9e9d.pth in ~/.cache/torch/hub/checkpoints)"
 )
 
 
@@ -384,9 +387,21 @@ class StyleSettings:
     loop: str = "eager"
 
 
-def style_settings(cfg: RunConfig, weights_hint: str = VGG_WEIGHTS_HINT) -> StyleSettings:
+def torch_vgg_weights(value: Any) -> Path | None:
+    """The file of a vgg_weights value that names a download (imagenet, a URL), fetched into torch.hub's cache."""
+    from gpulab.workloads import fetch
+
+    return fetch.resolve_weights(value, "vgg19", "style_transfer: parameter vgg_weights")
+
+
+def style_settings(
+    cfg: RunConfig,
+    weights_hint: str = VGG_WEIGHTS_HINT,
+    download: Callable[[Any], Path | None] = torch_vgg_weights,
+) -> StyleSettings:
     """Check `cfg` and its params for style transfer; every problem is a GpulabError naming the param.
-    `weights_hint` says which weights file the framework loads, for the error a bad vgg_weights gets."""
+    `weights_hint` says which weights file the framework loads, for the error a bad vgg_weights gets; `download`
+    fetches the file a vgg_weights value names (imagenet, a URL), or returns None when it names a path."""
     p = Params("style_transfer", cfg.params, DEFAULTS)
     default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
     _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
@@ -427,9 +442,10 @@ def style_settings(cfg: RunConfig, weights_hint: str = VGG_WEIGHTS_HINT) -> Styl
         raise GpulabError("style_transfer: content_weight and style_weight are both 0: nothing to optimise")
     output = p.raw("output")
     output_path = Path(output).expanduser() if output else None
-    weights_path = input_file("vgg_weights", p.raw("vgg_weights"), weights_hint)
     content_path = input_file("content", p.raw("content"), IMAGE_HINT)
     loop = p.choice("loop", LOOPS)
+    # Last: a named download is fetched only once everything else checked out.
+    weights_path = download(p.raw("vgg_weights")) or input_file("vgg_weights", p.raw("vgg_weights"), weights_hint)
     return StyleSettings(
         p, steps, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight, layer_exp, lr,
         betas, eps, style_paths, scales, output_path, weights_path, content_path, loop,

@@ -238,12 +238,22 @@ def build_cifar10(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     )  # fmt: skip
 
 
+def _torch_only_pretrained(cfg: RunConfig) -> None:
+    """The ImageNet start loads torchvision's files: refused here before anything is fetched."""
+    if cfg.params.get("pretrained") not in (None, "none"):
+        raise GpulabError(
+            f"{cfg.workload}: pretrained weights load in the torch version only; drop --param pretrained "
+            "or run with --framework torch"
+        )
+
+
 def build_chexnet(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
     import keras
     import tensorflow as tf
 
     from gpulab.workloads.data import read_labels_csv
 
+    _torch_only_pretrained(cfg)
     st = torch_chexnet.settings(cfg)
     batch, steps, crop, side, lr = st.batch, st.steps, st.crop, st.side, st.lr
     classes = torch_chexnet.CLASSES
@@ -286,6 +296,7 @@ def build_resnet50(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
 
     from gpulab.workloads.data import read_labels_csv
 
+    _torch_only_pretrained(cfg)
     st = torch_resnet50.settings(cfg)
     batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
     classes, lr, momentum, weight_decay = st.classes, st.lr, st.momentum, st.weight_decay

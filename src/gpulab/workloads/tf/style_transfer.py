@@ -34,6 +34,20 @@ KERAS_WEIGHTS_HINT = (
 )
 
 
+def keras_vgg_weights(value: Any) -> Path | None:
+    """vgg_weights=imagenet: Keras's published VGG19 weights (no top), fetched by Keras on first use."""
+    from gpulab.workloads import fetch
+
+    if value == fetch.IMAGENET:
+        return fetch.keras_vgg19_notop()
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        raise GpulabError(
+            "style_transfer: parameter vgg_weights: a URL is fetched for the torch version only (its name carries "
+            f"its checksum); for TensorFlow pass imagenet or a file. {KERAS_WEIGHTS_HINT}"
+        )
+    return None
+
+
 def vgg19_features(taps: list[str], pooling: str, weights: Path | None) -> tuple[Any, str]:
     """A model from 0..255-free preprocessed input to the outputs of `taps` (Keras layer names), cut after the
     deepest one; max or average pooling. Returns (model, weights description)."""
@@ -83,7 +97,7 @@ class TFStyleTransferSession(torch_st.StyleSessionBase):
                 "style_transfer optimises an input, not a model: MirroredStrategy does not apply to it; "
                 "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
             )
-        st = torch_st.style_settings(cfg, KERAS_WEIGHTS_HINT)
+        st = torch_st.style_settings(cfg, KERAS_WEIGHTS_HINT, keras_vgg_weights)
         if st.loop != "eager":
             raise GpulabError(
                 f"style_transfer: loop={st.loop} is torch.compile's; TensorFlow runs its step as a tf.function: "

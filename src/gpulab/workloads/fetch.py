@@ -1,0 +1,315 @@
+"""Published weights and data sets, fetched on first use by the frameworks' own download code, with its checksums.
+
+- torch weights: torchvision's URL for the named weights (read from torchvision at run time), downloaded by
+  `torch.hub.download_url_to_file` with the SHA-256 prefix torch.hub reads from the file name (`vgg19-dcbb9e9d.pth`)
+  into torch.hub's own cache (`$TORCH_HOME/hub/checkpoints`), where torchvision itself would put them.
+- data sets: torchvision.datasets' URLs and MD5 sums (MNIST.resources, CIFAR10.tgz_md5), downloaded and unpacked by
+  `torchvision.datasets.utils.download_and_extract_archive` into `$GPULAB_CACHE/data/<name>` (default
+  ~/.cache/gpulab).
+- Keras weights (TF side): the applications' own `get_file` calls, with their file_hash (see `keras_weights`).
+
+Offline sites set GPULAB_WEIGHTS_MIRROR to a URL prefix or a folder holding the same files under their published
+names; every fetch then reads from there, checked against the same checksums. A fetch that fails leaves nothing in
+the cache: files are written into a temporary name beside their place and renamed there only once they check out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import GpulabError
+
+MIRROR_ENV = "GPULAB_WEIGHTS_MIRROR"
+CACHE_ENV = "GPULAB_CACHE"
+IMAGENET = "imagenet"  # the value that asks for a model's published ImageNet weights
+
+# gpulab's model name -> torchvision's weights enum and member: the URL comes from torchvision at run time.
+TORCH_WEIGHTS = {
+    "vgg19": ("VGG19_Weights", "IMAGENET1K_V1"),
+    "densenet121": ("DenseNet121_Weights", "IMAGENET1K_V1"),
+    "resnet50": ("ResNet50_Weights", "IMAGENET1K_V1"),
+}
+DATASETS = ("mnist", "cifar10")  # data sets torchvision can download
+
+
+def cache_root() -> Path:
+    """gpulab's download cache: $GPULAB_CACHE, else $XDG_CACHE_HOME/gpulab, else ~/.cache/gpulab."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpulab"
+
+
+def mirror() -> str | None:
+    """The mirror set in GPULAB_WEIGHTS_MIRROR (a URL prefix or a folder), or None."""
+    value = os.environ.get(MIRROR_ENV, "").strip()
+    return value or None
+
+
+def _url_name(url: str) -> str:
+    return Path(urllib.parse.urlparse(url).path).name
+
+
+def mirrored(url: str) -> str:
+    """Where `url`'s file is read from: the mirror's file of the same name when a mirror is set, else `url`."""
+    base = mirror()
+    if base is None:
+        return url
+    name = _url_name(url)
+    if urllib.parse.urlparse(base).scheme in ("http", "https", "file", "ftp"):
+        return base.rstrip("/") + "/" + urllib.parse.quote(name)
+    return Path(base).expanduser().resolve().joinpath(name).as_uri()
+
+
+def _reason(err: BaseException) -> str:
+    """What went wrong, in a few words, for the one-line error."""
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code} {err.reason}"
+    if isinstance(err, urllib.error.URLError):
+        reason = err.reason
+        if isinstance(reason, OSError):
+            return reason.strerror or str(reason)
+        return str(reason)
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    text = " ".join(str(err).split())
+    if text.startswith("URL fetch failure on "):  # Keras's wrapper: "URL fetch failure on URL: errno -- reason"
+        text = text.split(" -- ", 1)[-1]
+    return (text[:200] + "…") if len(text) > 200 else text or type(err).__name__
+
+
+def _failed(what: str, url: str, place: Path, err: BaseException, instead: str = "the file's path") -> GpulabError:
+    reason = _reason(err)
+    if "hash" in reason or "corrupted" in reason:
+        reason = f"the download does not match its published checksum ({reason}): truncated or altered"
+    elif "retrieval incomplete" in reason:
+        reason = f"the download stopped short ({reason}): truncated"
+    return GpulabError(
+        f"cannot fetch {what} from {url}: {reason}; nothing was kept in {place}. Set {MIRROR_ENV} to a URL or "
+        f"folder that holds {_url_name(url)}, or pass {instead} instead"
+    )
+
+
+# ---------- torch weights ----------
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A weights file at `url` whose name carries the first hex digits of its SHA-256, as torch.hub's do."""
+
+    what: str  # "VGG19 ImageNet weights"
+    url: str
+
+    @property
+    def name(self) -> str:
+        return _url_name(self.url)
+
+
+def torch_weights(model: str) -> Weights:
+    """torchvision's published ImageNet weights of `model` (vgg19, densenet121, resnet50)."""
+    from gpulab.workloads.tv import import_torchvision
+
+    enum, member = TORCH_WEIGHTS[model]
+    url = getattr(import_torchvision().models, enum)[member].url
+    return Weights(f"{model} ImageNet weights ({enum}.{member})", url)
+
+
+def weights_at(url: str, what: str) -> Weights:
+    """Weights at an http(s) URL whose file name carries its hash prefix (NAME-<sha256 prefix>.pth)."""
+    import torch.hub
+
+    name = _url_name(url)
+    if not torch.hub.HASH_REGEX.search(name):
+        raise GpulabError(
+            f"{what}: the file name {name!r} of {url} carries no checksum; name it as torch.hub does, "
+            "NAME-<first hex digits of its sha256>.pth, so the download can be checked"
+        )
+    return Weights(what, url)
+
+
+def torch_checkpoints() -> Path:
+    """torch.hub's checkpoint folder ($TORCH_HOME/hub/checkpoints), where torchvision keeps downloaded weights."""
+    import torch.hub
+
+    return Path(torch.hub.get_dir()) / "checkpoints"
+
+
+def fetch_weights(weights: Weights, progress: bool = True) -> Path:
+    """The weights file in torch.hub's cache, downloaded first (mirror-aware, hash-checked) when absent."""
+    import torch.hub
+
+    folder = torch_checkpoints()
+    final = folder / weights.name
+    if final.is_file():
+        return final
+    match = torch.hub.HASH_REGEX.search(weights.name)
+    source = mirrored(weights.url)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # torch.hub writes to a temporary file beside `final`, checks the hash prefix, then renames it.
+        torch.hub.download_url_to_file(source, str(final), match.group(1) if match else None, progress=progress)
+    except Exception as err:  # urllib, OSError, torch.hub's RuntimeError for a wrong hash (its temp file is gone)
+        raise _failed(weights.what, source, folder, err) from None
+    return final
+
+
+def resolve_weights(value: Any, model: str, what: str) -> Path | None:
+    """A weights parameter's file: `imagenet` fetches torchvision's published weights of `model`, an http(s) URL
+    fetches that file (its name carrying its hash prefix); anything else is not a download (None)."""
+    if not isinstance(value, str):
+        return None
+    if value == IMAGENET:
+        return fetch_weights(torch_weights(model))
+    if urllib.parse.urlparse(value).scheme in ("http", "https"):
+        return fetch_weights(weights_at(value, what))
+    return None
+
+
+# ---------- data sets ----------
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One archive of a data set: where it may be fetched (in order), its file name and MD5."""
+
+    urls: tuple[str, ...]
+    filename: str
+    md5: str
+
+
+def dataset_resources(name: str) -> list[Resource]:
+    """The archives torchvision.datasets downloads for `name`, with its URLs and MD5 sums."""
+    from gpulab.workloads.tv import import_torchvision
+
+    datasets = import_torchvision().datasets
+    if name == "mnist":
+        mirrors = datasets.MNIST.mirrors
+        return [Resource(tuple(m + f for m in mirrors), f, md5) for f, md5 in datasets.MNIST.resources]
+    if name == "cifar10":
+        c = datasets.CIFAR10
+        return [Resource((c.url,), c.filename, c.tgz_md5)]
+    raise GpulabError(f"no download known for data set {name!r}; known: {', '.join(DATASETS)}")
+
+
+@contextlib.contextmanager
+def _staging(final: Path) -> Iterator[Path]:
+    """A temporary folder beside `final`, renamed to it when the block succeeds and removed whatever happens."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():  # another process put the same data set there first: keep theirs
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fetch_dataset(
+    name: str, resources: Sequence[Resource] | None = None, *, on_fetch: Callable[[str], None] | None = None
+) -> Path:
+    """The data set's folder in gpulab's cache, downloaded and unpacked first when absent."""
+    from gpulab.workloads.tv import import_torchvision
+
+    final = cache_root() / "data" / name
+    if final.is_dir():
+        return final
+    utils = import_torchvision().datasets.utils
+    items = list(resources) if resources is not None else dataset_resources(name)
+    with _staging(final) as tmp:
+        for item in items:
+            sources = (mirrored(item.urls[0]),) if mirror() else item.urls
+            last: tuple[str, BaseException] | None = None
+            for url in sources:
+                if on_fetch:
+                    on_fetch(url)
+                try:
+                    utils.download_and_extract_archive(
+                        url, download_root=str(tmp), filename=item.filename, md5=item.md5, remove_finished=True
+                    )
+                    last = None
+                    break
+                except Exception as err:  # urllib, OSError, torchvision's RuntimeError for a wrong MD5, tarfile
+                    last = (url, err)
+                    with contextlib.suppress(OSError):
+                        (tmp / item.filename).unlink()
+            if last is not None:
+                folder = "the data set's folder with --data"
+                raise _failed(f"data set {name} ({item.filename})", last[0], final.parent, last[1], folder)
+    return final
+
+
+# ---------- Keras weights (TF side) ----------
+
+
+def keras_cache() -> Path:
+    """Keras's own cache folder ($KERAS_HOME, else ~/.keras), where its applications keep downloaded weights."""
+    return Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
+
+
+def keras_file(fname: str, origin: str, file_hash: str | None, cache_subdir: str = "models", what: str = "") -> Path:
+    """Keras's `get_file` for one file, mirror-aware, into Keras's cache: downloaded into a temporary folder beside
+    its place, checked against `file_hash` by Keras, and renamed into place only then."""
+    from keras.utils import get_file
+
+    folder = keras_cache() / cache_subdir
+    final = folder / fname
+    source = mirrored(origin)
+    what = what or f"Keras file {fname}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{fname}.", suffix=".partial", dir=folder) as tmp:
+            got = Path(get_file(fname, source, file_hash=file_hash, cache_dir=tmp, cache_subdir="."))
+            os.replace(got, final)
+    except GpulabError:
+        raise
+    except Exception as err:  # Keras wraps urllib's errors in Exception and raises ValueError for a wrong hash
+        raise _failed(what, source, folder, err) from None
+    return final
+
+
+@contextlib.contextmanager
+def keras_fetching() -> Iterator[list[Path]]:
+    """While open, Keras's applications download their published weights through `keras_file` (their own URL and
+    file_hash, the mirror, staged writes); the list collects the files they asked for."""
+    from keras.src.utils import file_utils
+
+    original = file_utils.get_file
+    asked: list[Path] = []
+
+    def get_file(fname: str, origin: str, **kwargs: Any) -> str:
+        cache_dir = kwargs.get("cache_dir")
+        subdir = kwargs.get("cache_subdir", "datasets")
+        final = Path(cache_dir or keras_cache()) / subdir / fname
+        expected = kwargs.get("file_hash")
+        if not (final.is_file() and (expected is None or file_utils.validate_file(str(final), expected))):
+            final = keras_file(fname, origin, expected, subdir)
+        asked.append(final)
+        return str(final)
+
+    file_utils.get_file = get_file
+    try:
+        yield asked
+    finally:
+        file_utils.get_file = original
+
+
+def keras_vgg19_notop() -> Path:
+    """Keras's published VGG19 ImageNet weights without the top (as its VGG19 application downloads them)."""
+    import keras
+
+    with keras_fetching() as asked:
+        keras.applications.VGG19(include_top=False, weights=IMAGENET)
+    return asked[-1]
