@@ -86,6 +86,12 @@ def test_an_older_debian_driver_that_cannot_serve_the_cuda_is_refused_with_the_p
     assert replaced.remove_packages == ["nvidia-tesla-470-driver", "nvidia-tesla-470-kernel-dkms"]
 
 
+def test_the_toolkit_and_container_packages_are_not_part_of_the_driver_to_remove():
+    others = [pkg("nvidia-cuda-toolkit", "11.8.89~11.8.0-5~deb12u1"), pkg("libnvidia-container1", "1.18.2-1")]
+    old = [pkg("nvidia-driver", "470.256.02-1"), *others]
+    assert decide(facts(*old), plan(P100), "replace").remove_packages == ["nvidia-driver"]
+
+
 def test_a_held_package_is_named_and_changed_only_under_replace():
     held = [pkg("nvidia-driver", "470.256.02-1", hold=True), pkg("nvidia-kernel-dkms", "470.256.02-1", hold=True)]
     refused = decide(facts(*held), plan(P100), "keep", "n1")

@@ -29,6 +29,11 @@ _VERSIONED = re.compile(
 
 # Every package of a driver's packaging (what `replace` removes): its userspace, X/GL stack and firmware included.
 _DRIVER_PREFIXES = ("nvidia", "libnvidia", "cuda-drivers", "libcuda", "xserver-xorg-video-nvidia", "firmware-nvidia")
+# ...but not the toolkit, cuDNN and container packages that share the prefix (other roles own them).
+_NOT_DRIVER = re.compile(
+    r"^(nvidia-cuda-|nvidia-cudnn|nvidia-container|libnvidia-container|nvidia-profiler|"
+    r"nvidia-visual-profiler|nvidia-nsight|nvidia-opencl-dev|nvidia-openjdk)"
+)
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,11 @@ def decide(facts: dict[str, Any], target: dict[str, Any], mode: str, host: str =
     if mode not in MODES:
         raise ValueError(f"nvidia_driver_existing is {mode!r}: use one of {', '.join(MODES)}")
     version, packaging = installed_driver(facts)
-    driver_packages = [p for p in facts.get("packages", []) if p["name"].startswith(_DRIVER_PREFIXES)]
+    driver_packages = [
+        p
+        for p in facts.get("packages", [])
+        if p["name"].startswith(_DRIVER_PREFIXES) and not _NOT_DRIVER.match(p["name"])
+    ]
     held = sorted(p["name"] for p in driver_packages if p.get("hold"))
     runfile = bool(facts.get("runfile"))
     dkms = sorted({f"{d['module']}/{d['version']}" for d in facts.get("dkms", [])})
