@@ -188,6 +188,13 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         assert "etc/modprobe.d/gpulab-blacklist-nouveau.conf" in initramfs
     assert "blacklist nouveau" in (root / "etc/modprobe.d/gpulab-blacklist-nouveau.conf").read_text()
     assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service").is_symlink()
+    # Persistence mode on through a drop-in over Debian's unit, its own command line kept.
+    unit = chroot(root, "sh", "-c", "grep -h '^ExecStart=' /lib/systemd/system/nvidia-persistenced.service")
+    dropin = (root / "etc/systemd/system/nvidia-persistenced.service.d/gpulab-persistence-mode.conf").read_text()
+    print(f"Debian's unit: {unit.strip()}\ndrop-in:\n{dropin}")
+    exec_start = [line for line in dropin.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start[0] == "ExecStart=" and exec_start[1].startswith("ExecStart=/usr/bin/nvidia-persistenced")
+    assert exec_start[1].endswith(" --persistence-mode") and "--no-persistence-mode" not in exec_start[1]
     assert "is installed but not active until image reboots" in " ".join(first.output.split())
 
     # CUDA 11.8: Debian's toolkit, /usr/local/cuda through alternatives, PATH and the linker configured.
