@@ -37,7 +37,7 @@ options:
 EXAMPLES = r"""
 - name: Decide
   ansible.builtin.set_fact:
-    gpulab_driver_decision: >-
+    gpulab_preflight_driver_decision: >-
       {{ gpulab_driver_installed | gpulab.provision.driver_decision(gpulab_target_stack, 'keep', inventory_hostname) }}
 """
 

@@ -32,7 +32,7 @@ options:
 EXAMPLES = r"""
 - name: One branch for the fleet
   ansible.builtin.set_fact:
-    gpulab_fleet_driver: "{{ hostvars | gpulab.provision.fleet_branch(ansible_play_hosts) }}"
+    gpulab_preflight_fleet_driver: "{{ hostvars | gpulab.provision.fleet_branch(ansible_play_hosts) }}"
 """
 
 RETURN = r"""
