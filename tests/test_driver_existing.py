@@ -116,6 +116,15 @@ def test_a_runfile_install_is_read_and_replaced_with_its_uninstaller_and_dkms_en
     assert replaced.action == "replace" and replaced.runfile and replaced.dkms == ["nvidia/470.256.02"]
 
 
+def test_nvidia_s_packages_over_the_distribution_s_libraries_are_one_packaging():
+    # NVIDIA's cuda-drivers-<branch> depends on libraries by Debian's names; gpulab installed both for this plan.
+    mirror = "http://127.0.0.1:8000/debian12/x86_64  Packages"
+    both = facts(pkg("cuda-drivers-535", "535.261.03-1", mirror), pkg("libnvidia-ml1", "535.261.03-1~deb12u1"))
+    assert installed_driver(both) == ("535.261.03", "cuda_repo")
+    converge = decide({**both, "managed": True}, plan(P100, source="cuda_repo"), "keep")
+    assert converge.action == "install" and "checked in place" in converge.message
+
+
 def test_a_runfile_driver_beside_packages_is_never_kept():
     mixed = facts(*DEBIAN_535, runfile={"uninstaller": "/usr/bin/nvidia-uninstall", "version": "535.261.03"})
     decision = decide(mixed, plan(P100), "keep")

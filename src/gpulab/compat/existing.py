@@ -78,9 +78,10 @@ def installed_driver(facts: dict[str, Any]) -> tuple[str | None, str]:
     """(the driver version in place, its packaging) from driver_facts' answer."""
     packages = [p for p in facts.get("packages", []) if _VERSIONED.match(p["name"])]
     runfile = facts.get("runfile") or None
+    # NVIDIA's repository packages depend on some of the distribution's (libraries by Debian's names): one packaging,
+    # NVIDIA's, where any of its packages is there. A runfile install beside packages is two drivers.
     kinds = {_package_packaging(p) for p in packages}
-    if runfile:
-        kinds.add("runfile")
+    from_packages = "cuda_repo" if "cuda_repo" in kinds else ("distro" if kinds else None)
     version = None
     for pkg in packages:
         plain = _plain(pkg["version"])
@@ -93,7 +94,10 @@ def installed_driver(facts: dict[str, Any]) -> tuple[str | None, str]:
         version = dkms[0]["version"] if dkms else None
     if version is None and facts.get("loaded"):
         version = facts["loaded"]["version"]
-    packaging = "mixed" if len(kinds) > 1 else (kinds.pop() if kinds else ("none" if version is None else "unknown"))
+    if runfile and from_packages:
+        packaging = "mixed"
+    else:
+        packaging = "runfile" if runfile else (from_packages or ("none" if version is None else "unknown"))
     return version, packaging
 
 
