@@ -8,6 +8,11 @@ from a local cache standing in for a PyPI mirror). Then apt upgrades the kernel 
 the same run again: the new kernel has its NVIDIA module and nothing may change. Last, an H200 assumed on the same
 root: no configured source has its driver, so the run stops before any change, naming the source that has one.
 
+The root starts as a stock Debian 12 host (the archive's main component only: the role enables contrib, non-free
+and non-free-firmware) with a runfile install of R470 (a stand-in: NVIDIA's uninstaller, a libnvidia-ml.so no
+package owns, its DKMS tree), which cannot serve CUDA 11.8: with nvidia_driver_existing: replace the role removes it
+with its own uninstaller before installing Debian's driver, and the second run, still with replace, changes nothing.
+
 The root starts without linux-headers-amd64 (the image has it): the driver role must install the headers meta
 package of the installed kernel flavour, which is what brings the headers, and with them a DKMS build, for every
 kernel apt installs later.
@@ -26,6 +31,7 @@ import pytest
 from guest.image import in_chroot
 from playbook import ansible_playbook, gpulab_requirements, snapshot_source, wheelhouse
 from provision.apt_mirror import candidate_version
+from provision.driver_stand_ins import runfile_install
 from provision.files import cache_root, cached_pypi_file, pinned_wheel, serve, tree_state
 from provision.inventory import chroot_inventory, require_ansible
 
@@ -85,6 +91,7 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         host = {
             "root": root,
             "gpulab_preflight_gpu_pci_ids": [P100],
+            "nvidia_driver_existing": "replace",
             "cudnn_wheel_base_url": pypi,
             # The frameworks' venv comes last in the play: gpulab alone, offline, from a wheelhouse built here.
             "dl_frameworks_frameworks": [],
@@ -97,6 +104,13 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         # A host installed without kernel headers: only the role can bring the headers meta package.
         in_chroot(root, "dpkg", "--remove", "linux-headers-amd64")
         assert installed_version(root, "linux-headers-amd64") is None
+        runfile = runfile_install(root, "470.256.02", kernels(root))
+        # A stock Debian 12 host: main only, in apt's lists too. The role enables contrib, non-free and
+        # non-free-firmware on the archive's deb822 sources and refreshes the lists.
+        sources = root / "etc/apt/sources.list.d/debian.sources"
+        stock = sources.read_text()
+        sources.write_text(stock.replace("Components: main contrib non-free non-free-firmware", "Components: main"))
+        in_chroot(root, "apt-get", "update", "-q")
         started = time.monotonic()
         first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
         first_s = time.monotonic() - started
@@ -123,6 +137,14 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     print(second.recap_text())
 
     assert first.recap()["image"]["changed"] > 0
+    # The runfile install went first, through its own uninstaller; nothing of it is left.
+    assert (
+        "NVIDIA driver 470.256.02 (NVIDIA's runfile installer) on image is replaced by 535: removing the runfile "
+        "install (nvidia-uninstall); DKMS nvidia/470.256.02."
+    ) in " ".join(first.output.split()).replace("''", "'")  # the YAML callback writes ' as ''
+    assert sources.read_text() == stock
+    assert (root / "var/log/nvidia-uninstall.log").read_text() == "nvidia-uninstall --silent\n"
+    assert not any(p.exists() for p in runfile if p.name != "nvidia-smi")
     decision = (
         "1x Tesla P100-PCIE-16GB; profile auto: driver=535, kernel_modules=proprietary, cuda=11.8, cudnn=9.10, "
         "torch=2.7+cu118, tensorflow=2.21, python=3.11; from driver distro, cuda distro, cudnn wheel"
@@ -166,6 +188,13 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         assert "etc/modprobe.d/gpulab-blacklist-nouveau.conf" in initramfs
     assert "blacklist nouveau" in (root / "etc/modprobe.d/gpulab-blacklist-nouveau.conf").read_text()
     assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service").is_symlink()
+    # Persistence mode on through a drop-in over Debian's unit, its own command line kept.
+    unit = chroot(root, "sh", "-c", "grep -h '^ExecStart=' /lib/systemd/system/nvidia-persistenced.service")
+    dropin = (root / "etc/systemd/system/nvidia-persistenced.service.d/gpulab-persistence-mode.conf").read_text()
+    print(f"Debian's unit: {unit.strip()}\ndrop-in:\n{dropin}")
+    exec_start = [line for line in dropin.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start[0] == "ExecStart=" and exec_start[1].startswith("ExecStart=/usr/bin/nvidia-persistenced")
+    assert exec_start[1].endswith(" --persistence-mode") and "--no-persistence-mode" not in exec_start[1]
     assert "is installed but not active until image reboots" in " ".join(first.output.split())
 
     # CUDA 11.8: Debian's toolkit, /usr/local/cuda through alternatives, PATH and the linker configured.

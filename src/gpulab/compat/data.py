@@ -158,6 +158,18 @@ class OperatingSystem:
 
 
 @dataclass(frozen=True)
+class DriverLifecycle:
+    branch: str
+    designation: str  # long-term, production, feature
+    support_end: str  # YYYY-MM, as NVIDIA publishes it
+    source: str
+
+    @property
+    def long_term(self) -> bool:
+        return self.designation == "long-term"
+
+
+@dataclass(frozen=True)
 class Matrix:
     gpus: tuple[GpuSpec, ...]
     cuda: tuple[CudaRelease, ...]
@@ -167,6 +179,7 @@ class Matrix:
     tensorflow: tuple[TfRelease, ...]
     profiles: tuple[Profile, ...]
     operating_systems: tuple[OperatingSystem, ...]
+    lifecycle: tuple[DriverLifecycle, ...] = ()
 
 
 class _Entry:
@@ -427,6 +440,17 @@ def _operating_system(e: _Entry) -> OperatingSystem:
     )
 
 
+def _lifecycle(e: _Entry) -> DriverLifecycle:
+    designation, end = e.text("designation"), e.text("support_end")
+    if designation not in ("long-term", "production", "feature"):
+        raise GpulabError(
+            f"matrix.yml: {e.where}.designation={designation!r} must be long-term, production or feature."
+        )
+    if not re.match(r"^\d{4}-(0[1-9]|1[0-2])$", end):
+        raise GpulabError(f"matrix.yml: {e.where}.support_end={end!r} must look like '2028-06'.")
+    return DriverLifecycle(branch=e.text("branch"), designation=designation, support_end=end, source=e.text("source"))
+
+
 def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
     node: Any = raw
     for part in path.split("."):
@@ -469,6 +493,7 @@ def parse_matrix(raw: Any) -> Matrix:
         tensorflow=_section(raw, "frameworks.tensorflow", _tf),
         profiles=_section(raw, "profiles", _profile),
         operating_systems=_section(raw, "operating_systems", _operating_system),
+        lifecycle=_section(raw, "driver_lifecycle", _lifecycle),
     )
     for items, attr, name in (
         (matrix.gpus, "name", "gpus"),
@@ -479,6 +504,7 @@ def parse_matrix(raw: Any) -> Matrix:
         (matrix.tensorflow, "version", "frameworks.tensorflow"),
         (matrix.profiles, "name", "profiles"),
         (matrix.operating_systems, "os", "operating_systems"),
+        (matrix.lifecycle, "branch", "driver_lifecycle"),
     ):
         _unique(items, attr, name)
     _check_gpu_keys(matrix.gpus)
@@ -496,6 +522,11 @@ def _check_references(matrix: Matrix) -> None:
         if versions.key(cuda) not in known:
             raise GpulabError(f"matrix.yml: {who} uses CUDA {cuda}, which the cuda section does not list.")
     branches = {d.branch for d in matrix.drivers}
+    for life in matrix.lifecycle:
+        if life.branch not in branches:
+            raise GpulabError(
+                f"matrix.yml: driver_lifecycle names {life.branch}, which the drivers section does not list."
+            )
     for osr in matrix.operating_systems:
         for driver in osr.drivers:
             if driver.version not in branches:

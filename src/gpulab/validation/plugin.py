@@ -30,6 +30,7 @@ from gpulab.report.model import Check, Status
 from gpulab.validation.baselines import cpu_rows as cpu_rows
 from gpulab.validation.baselines import measured_rows as measured_rows
 from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
+from gpulab.validation.pending_reboot import pending_reboot
 from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
 from gpulab.validation.suite_progress import SuiteProgress
 
@@ -112,6 +113,8 @@ def _options(config: pytest.Config) -> Options:
         record=config.getoption("--record"),
         allow_busy=config.getoption("--allow-busy"),
     )
+    if opts.from_xml is None and (pending := pending_reboot()) is not None:
+        raise pytest.UsageError(pending)  # a mismatched driver would fail every check for a reason none names
     if opts.expect_gpus is not None and opts.expect_gpus < 0:
         raise pytest.UsageError(f"--expect-gpus {opts.expect_gpus}: give the number of GPUs this host should have")
     # Every file is checked before the first test: a baseline or report directory found bad at the end would

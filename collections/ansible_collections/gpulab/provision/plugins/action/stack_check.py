@@ -59,6 +59,13 @@ class ActionModule(ActionBase):
             )
             return result
         line = summary(target)
+        import datetime
+
+        from gpulab.compat.lifecycle import eol_warning
+
+        warning = eol_warning(target.get("driver"), datetime.date.today())
+        if warning:
+            result["warnings"] = [warning]
         result["ansible_facts"] = {"gpulab_target_stack": {**target, "summary": line}}
         result["msg"] = line
         return result
