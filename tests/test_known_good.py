@@ -32,7 +32,7 @@ def test_rows_carry_their_provenance_and_repeated_runs_their_median():
     assert ("matmul", "gpu", 1) not in rows  # probes are judged against datasheets, not here
 
 
-def test_one_key_measured_on_two_machines_of_a_model_is_one_row_of_all_their_measurements():
+def test_one_key_measured_on_two_machines_of_a_model_is_one_row_at_the_slower_machines_median():
     h100 = [p for p in REPORTS if p.name.startswith("h100x")]
     assert len(h100) == 2, h100
     each = [
@@ -47,7 +47,8 @@ def test_one_key_measured_on_two_machines_of_a_model_is_one_row_of_all_their_mea
     rows = [r for r in known_good.build(h100)["rows"] if (r["workload"], r["launcher"]) == ("resnet50", "gpu")]
     assert len(rows) == 1
     assert rows[0]["measurements"] == len(each[0]) + len(each[1])
-    assert rows[0]["value"] == pytest.approx(statistics.median(each[0] + each[1]), abs=0.1)
+    # The slower machine's median is the bar: both machines were healthy.
+    assert rows[0]["value"] == pytest.approx(min(statistics.median(each[0]), statistics.median(each[1])), abs=0.1)
     assert rows[0]["source"].count("; ") == 1 and "h100x1-standard.json" in rows[0]["source"]
     assert "h100x2-standard.json: 2x NVIDIA H100" in rows[0]["source"]
     # The two-GPU machine's scaling rows are known-good rows of their own.

@@ -49,7 +49,7 @@ class KnownGood:
     size: str | None
     channels_last: bool | None
     batch: int | None
-    value: float  # the median of its measurements, over every report that has them
+    value: float  # the median of a report's measurements; of several reports, the lowest of their medians
     unit: str
     measurements: int
     source: str  # the reports it came from (file, GPUs, date, tier, driver, torch, OS), joined by "; "
@@ -117,12 +117,14 @@ def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], tuple[lis
     return groups
 
 
-def _rows(groups: dict[tuple[Any, ...], tuple[list[Result], list[str]]]) -> list[KnownGood]:
-    """One row per key: the median of every measurement of it, from every report that has it (their sources joined)."""
+def _rows(groups: dict[tuple[Any, ...], list[tuple[list[Result], str]]]) -> list[KnownGood]:
+    """One row per key, from every report that has it (their sources joined): each report's median, then the lowest
+    of those. Every such machine was healthy, so a healthy machine may be as slow as the slowest of them: a row that
+    leans on the host (a data loader on 16 cores or on 32) must not make the faster host the bar."""
     rows = []
-    for key, (results, sources) in groups.items():
+    for key, reports in groups.items():
         model, workload, framework, launcher, n, precision, size, channels_last, batch = key
-        value = round(statistics.median(r.value for r in results), 1)
+        value = min(round(statistics.median(r.value for r in results), 1) for results, _ in reports)
         rows.append(
             KnownGood(
                 model,
@@ -135,9 +137,9 @@ def _rows(groups: dict[tuple[Any, ...], tuple[list[Result], list[str]]]) -> list
                 channels_last,
                 batch,
                 value=value,
-                unit=results[0].unit,
-                measurements=len(results),
-                source="; ".join(sources),
+                unit=reports[0][0][0].unit,
+                measurements=sum(len(results) for results, _ in reports),
+                source="; ".join(source for _, source in reports),
             )
         )
     return sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))
@@ -145,20 +147,18 @@ def _rows(groups: dict[tuple[Any, ...], tuple[list[Result], list[str]]]) -> list
 
 def rows_from_report(report: Report, label: str) -> list[KnownGood]:
     """The report's workload rows (samples/s) as known-good rows, repeated measurements as their median."""
-    return _rows({key: (results, [source]) for key, (results, source) in _measurements(report, label).items()})
+    return _rows({key: [measured] for key, measured in _measurements(report, label).items()})
 
 
 def build(paths: Sequence[Path]) -> dict[str, Any]:
     """The table from these reports: a key measured on several machines of one model (a 1-GPU and a 2-GPU H100, say)
-    is one row, the median of all its measurements."""
+    is one row, the lowest of the machines' medians."""
     from gpulab.report.io import load_report
 
-    merged: dict[tuple[Any, ...], tuple[list[Result], list[str]]] = {}
+    merged: dict[tuple[Any, ...], list[tuple[list[Result], str]]] = {}
     for path in paths:
-        for key, (results, source) in _measurements(load_report(path), Path(path).name).items():
-            into = merged.setdefault(key, ([], []))
-            into[0].extend(results)
-            into[1].append(source)
+        for key, measured in _measurements(load_report(path), Path(path).name).items():
+            merged.setdefault(key, []).append(measured)
     return {"schema": SCHEMA, "bound_pct": BOUND.value, "rows": [asdict(r) for r in _rows(merged)]}
 
 
