@@ -137,3 +137,33 @@ def test_reports_of_both_schema_versions_load(tmp_path, tag):
     path.write_text(json.dumps(data))
     report = load_report(path)
     assert report.schema == "gpulab.report/2" and report.host_load == ([QUIET] if tag.endswith("/2") else [])
+
+
+MEASURED_LATER = Path(__file__).parent / "fixtures" / "compare" / "h100x1-standard-2026-11-25.json"
+
+
+def test_two_real_standard_runs_of_one_gpu_kind_a_day_apart_are_no_regression(capsys):
+    # Both real: the 2026-11-24 report and a standard run on another H100 of the same kind a day later. Its host's
+    # CPU rows moved from -39 % to +200 % (another Firecracker host); every GPU row stayed within a few %.
+    base, later = load_report(H100), load_report(MEASURED_LATER)
+    c = compare([("2026-11-24", base), ("2026-11-25", later)])
+    assert c.relation == "same model"
+    assert c.regressions == [] and c.verdict.startswith("verdict: no regression")
+    gpu = [r for r in c.rows if r.side == "gpu" and r.ratios[1] is not None]
+    assert len(gpu) == 8 and all(0.95 < r.ratios[1] < 1.05 for r in gpu)
+    host = [r for r in c.rows if r.side == "host"]
+    assert min(r.ratios[1] for r in host if r.ratios[1]) < 0.65  # a host row fell far: other hosts are not judged
+    assert all(r.band_pct is None and r.band_why == "other hosts: compared, not judged" for r in host)
+    assert main(["compare", str(H100), str(MEASURED_LATER)]) == 0
+    assert capsys.readouterr().out.startswith("verdict: no regression")
+
+
+def test_on_the_same_gpus_a_host_row_that_fell_beyond_its_band_is_a_host_regression():
+    base, later = load_report(H100), load_report(MEASURED_LATER)
+    same = copy.deepcopy(later)
+    same.fingerprint["gpus"] = copy.deepcopy(base.fingerprint["gpus"])  # the same UUIDs: the same machine
+    c = compare([("before", base), ("after", same)])
+    assert c.relation == "same machine"
+    regressed = [r for r in c.rows if r.regressed_in]
+    assert regressed and {r.side for r in regressed} == {"host"}
+    assert c.verdict.startswith("verdict: REGRESSION: 1 result(s) below their noise band (host 1)")

@@ -276,11 +276,14 @@ class Comparison:
             ratios = [x for r in rows for x in r.ratios[1:] if x is not None]
             if not ratios:
                 continue
-            bands = sorted({round(r.band_pct or self.threshold_pct) for r in rows})
-            band = f"{bands[0]} %" if len(bands) == 1 else f"{bands[0]}–{bands[-1]} %"
+            bands = sorted({round(r.band_pct) for r in rows if r.band_pct is not None})
+            if not bands:
+                band = f"band: {judge.NOT_JUDGED}"
+            else:
+                band = f"band {bands[0]} %" if len(bands) == 1 else f"band {bands[0]}–{bands[-1]} %"
             lo, hi = _ratio_pct(min(ratios)), _ratio_pct(max(ratios))
             spread = lo if lo == hi else f"{lo}…{hi}"
-            parts.append(f"{name} rows: {len(rows)}, {spread}, band {band}")
+            parts.append(f"{name} rows: {len(rows)}, {spread}, {band}")
         return "; ".join(parts)
 
     @property
@@ -363,7 +366,8 @@ class Comparison:
                     if self.vm[i]:
                         vm = self.vm_ratio(row, i)
                         cells.append("-" if vm is None else f"{vm:.3f} ({_ratio_pct(vm)})")
-            cells.append(row.side + ("" if row.band_pct is None else f" {row.band_pct:.0f}%"))
+            band = f" {row.band_pct:.0f}%" if row.band_pct is not None else " not judged" if row.band_why else ""
+            cells.append(row.side + band)
             cells.append(row.status.upper() if row.regression else row.status)
             table.add_row(*cells)
         if self.rows:
@@ -781,6 +785,7 @@ def compare(
             threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
         )
         limit = 1 - row_band / 100
+        judged = mode == "same" and judge.judged(side, rel)
         other_work = [
             judge.work_difference(found[0], found[i], (published[0], published[i])) if found[0] and found[i] else ""
             for i in range(len(found))
@@ -793,7 +798,7 @@ def compare(
                     continue
                 ratio = value / base_value
                 ratios[i] = ratio
-                if ratio < limit and mode == "same":
+                if ratio < limit and judged:
                     regressed.append(labels[i])
         elif base_value is not None and len(units) == 1 and status == "ok":
             status = "no baseline value"
@@ -814,8 +819,8 @@ def compare(
                 ns=[rs[0].n if rs else None for rs in found],
                 watts=[_watts(rs) for rs in found],
                 side=side,
-                band_pct=row_band if mode == "same" else None,
-                band_why=row_why if mode == "same" else "",
+                band_pct=row_band if judged else None,
+                band_why=row_why if judged else judge.NOT_JUDGED if mode == "same" else "",
             )
         )
 

@@ -107,6 +107,15 @@ def band(
     return pct, why
 
 
+NOT_JUDGED = "other hosts: compared, not judged"
+
+
+def judged(row_side: str, rel: str) -> bool:
+    """Whether a row can regress: a host row of other units of a GPU model measured other machines' CPUs (a shared
+    VM's neighbours move them by tens of %), so it says nothing about this machine and is shown, not judged."""
+    return not (row_side == "host" and rel == SAME_MODEL)
+
+
 def work_of(result: Result) -> dict[str, Any]:
     """The work parameters a row records (WORK_KEYS), from its params or their `work` mapping."""
     params = result.params or {}
