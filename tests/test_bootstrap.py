@@ -41,9 +41,10 @@ def test_options_alone_go_to_site_yml_on_the_local_inventory() -> None:
     assert [p.split(":")[0] for p in plays] == [
         "play #1 (kvm_hosts)",
         "play #2 (kvm_hosts)",
-        "play #3 (gpu_nodes)",
-        "play #4 (gpu_nodes)",
-        "play #5 (localhost)",
+        "play #3 (gpu_nodes)",  # the pre-flight of every node
+        "play #4 (gpu_nodes)",  # the provisioning, in batches
+        "play #5 (gpu_nodes)",  # the validation
+        "play #6 (localhost)",
     ]
     gpu_nodes = run.output.split("play #3 (gpu_nodes)", 1)[1].split("play #4", 1)[0]
     assert "hosts (1):" in gpu_nodes and "localhost" in gpu_nodes  # inventory/local.yml: this machine
