@@ -24,31 +24,34 @@ def _sets(**extra):
 
 
 def test_star_varies_one_parameter_at_a_time_around_the_fixed_centre():
-    sets = _sets(fixed={"a": 5, "b": 7}, vary={"mode": "star", "params": {"a": [1, 5, 9], "b": [0, 7]}})
-    assert [(p["a"], p["b"], p["_vary"]) for p in sets] == [
-        (1, 7, "a"),
-        (5, 7, "a"),
-        (9, 7, "a"),
-        (5, 0, "b"),
-        (5, 7, "b"),
+    sets = _sets(
+        fixed={"learning_rate": 5, "tv_weight": 7},
+        vary={"mode": "star", "params": {"learning_rate": [1, 5, 9], "tv_weight": [0, 7]}},
+    )
+    assert [(p["learning_rate"], p["tv_weight"], p["_vary"]) for p in sets] == [
+        (1, 7, "learning_rate"),
+        (5, 7, "learning_rate"),
+        (9, 7, "learning_rate"),
+        (5, 0, "tv_weight"),
+        (5, 7, "tv_weight"),
     ]
     assert [p["seed"] for p in sets] == [0, 1, 2, 3, 4]  # the centre runs twice, as two runs with their own seeds
 
 
 def test_grid_zip_and_repeats():
-    grid = _sets(vary={"mode": "grid", "params": {"a": [1, 2], "b": [3, 4, 5]}}, repeat=2, seed=10)
-    assert len(grid) == 12 and len({(p["a"], p["b"], p["repeat"]) for p in grid}) == 12
+    grid = _sets(vary={"mode": "grid", "params": {"learning_rate": [1, 2], "tv_weight": [3, 4, 5]}}, repeat=2, seed=10)
+    assert len(grid) == 12 and len({(p["learning_rate"], p["tv_weight"], p["repeat"]) for p in grid}) == 12
     assert sorted(p["seed"] for p in grid) == list(range(10, 22))
-    zipped = _sets(vary={"mode": "zip", "params": {"a": [1, 2, 3], "b": ["x", "y", "z"]}})
-    assert [(p["a"], p["b"]) for p in zipped] == [(1, "x"), (2, "y"), (3, "z")]
+    zipped = _sets(vary={"mode": "zip", "params": {"learning_rate": [1, 2, 3], "tv_weight": ["x", "y", "z"]}})
+    assert [(p["learning_rate"], p["tv_weight"]) for p in zipped] == [(1, "x"), (2, "y"), (3, "z")]
     assert _sets() == [{"study": "s", "workload": "style_transfer", "framework": "torch", "size": "standard",
                         "precision": "plan", "launcher": "worker", "repeat": 0, "seed": 0}]  # fmt: skip
 
 
 def test_spaced_values():
-    (lin,) = [_sets(vary={"params": {"a": {"linspace": [0, 1, 5]}}})]
-    assert [p["a"] for p in lin] == [0, 0.25, 0.5, 0.75, 1]
-    log = [p["a"] for p in _sets(vary={"params": {"a": {"logspace": [0.1, 1000, 5]}}})]
+    (lin,) = [_sets(vary={"params": {"learning_rate": {"linspace": [0, 1, 5]}}})]
+    assert [p["learning_rate"] for p in lin] == [0, 0.25, 0.5, 0.75, 1]
+    log = [p["learning_rate"] for p in _sets(vary={"params": {"learning_rate": {"logspace": [0.1, 1000, 5]}}})]
     assert log == [0.1, 1, 10, 100, 1000]
 
 
@@ -58,9 +61,12 @@ def test_spaced_values():
         ({**BASE, "colour": 1}, "unknown key(s) colour"),
         ({"workload": "mnist"}, "study: None is not a name"),
         ({**BASE, "vary": {"mode": "spiral"}}, "vary.mode: 'spiral' is not one of star, grid, zip"),
-        ({**BASE, "vary": {"mode": "zip", "params": {"a": [1, 2], "b": [1]}}}, "zip takes lists of one length"),
-        ({**BASE, "vary": {"params": {"a": []}}}, "vary.params.a: not a non-empty list"),
-        ({**BASE, "vary": {"params": {"a": {"logspace": [0, 1, 3]}}}}, "positive ends for logspace"),
+        (
+            {**BASE, "vary": {"mode": "zip", "params": {"learning_rate": [1, 2], "tv_weight": [1]}}},
+            "zip takes lists of one length",
+        ),
+        ({**BASE, "vary": {"params": {"learning_rate": []}}}, "vary.params.learning_rate: not a non-empty list"),
+        ({**BASE, "vary": {"params": {"learning_rate": {"logspace": [0, 1, 3]}}}}, "positive ends for logspace"),
         ({**BASE, "vary": {"params": {"seed": [1, 2]}}}, "seed cannot be varied"),
         ({**BASE, "repeat": 0}, "repeat: 0 is not a whole number"),
         ({**BASE, "epochs": {"epochs": 0}}, "epochs.epochs: 0 is not a whole number"),
@@ -85,9 +91,17 @@ def test_several_problems_are_reported_at_once():
 
 def test_variants_and_files(tmp_path):
     path = tmp_path / "s.yml"
-    path.write_text(yaml.safe_dump({**BASE, "fixed": {"a": 1, "b": 2}, "variants": {"tiny": {"fixed": {"a": 3}}}}))
-    assert load_study(path).fixed == {"a": 1, "b": 2}
-    assert load_study(path, "tiny").fixed == {"a": 3, "b": 2}  # mappings merge one level deep
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "fixed": {"learning_rate": 1, "tv_weight": 2},
+                "variants": {"tiny": {"fixed": {"learning_rate": 3}}},
+            }
+        )
+    )
+    assert load_study(path).fixed == {"learning_rate": 1, "tv_weight": 2}
+    assert load_study(path, "tiny").fixed == {"learning_rate": 3, "tv_weight": 2}  # mappings merge one level deep
     with pytest.raises(GpulabError, match="has no variant 'huge'; its variants: tiny"):
         load_study(path, "huge")
     path.write_text("study: [unclosed")
@@ -98,12 +112,12 @@ def test_variants_and_files(tmp_path):
 
 
 def test_overrides_from_the_command_line(tmp_path):
-    study = study_from_dict({**BASE, "fixed": {"a": 1}, "vary": {"params": {"b": [1, 2]}}})
+    study = study_from_dict({**BASE, "fixed": {"learning_rate": 1}, "vary": {"params": {"tv_weight": [1, 2]}}})
     changed = with_overrides(study, {"vgg_weights": "/w.pth"}, tmp_path)
-    assert changed.fixed == {"a": 1, "vgg_weights": "/w.pth"} and changed.data == tmp_path
+    assert changed.fixed == {"learning_rate": 1, "vgg_weights": "/w.pth"} and changed.data == tmp_path
     assert changed.document["fixed"]["vgg_weights"] == "/w.pth"  # what resume reads
-    with pytest.raises(GpulabError, match="--param b: the study varies it"):
-        with_overrides(study, {"b": 3}, None)
+    with pytest.raises(GpulabError, match="--param tv_weight: the study varies it"):
+        with_overrides(study, {"tv_weight": 3}, None)
 
 
 def test_every_shipped_study_loads_with_a_tiny_variant():
