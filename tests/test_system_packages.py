@@ -27,6 +27,8 @@ def _commands_run_by_the_tests() -> dict[str, list[str]]:
     """Each literal command (the first word of an argv) a test or helper runs, with where."""
     found: dict[str, list[str]] = {}
     for path in sorted(TESTS.rglob("*.py")):
+        if "device" in path.relative_to(TESTS).parts[:-1]:
+            continue  # scripts for a GPU machine (nvidia-smi there), not run by the tests here
         helpers = path.parent.name in ("guest", "provision")
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not (isinstance(node, ast.Call) and node.args):
@@ -61,6 +63,8 @@ def test_the_scan_finds_an_unlisted_command(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "guest").mkdir()
     (tmp_path / "guest" / "helper.py").write_text('run(["mkisofs", "-o", "x.iso"])\n')
     (tmp_path / "test_x.py").write_text('import subprocess\nsubprocess.run(["ovmfctl", "--help"])\nrun(["matrix"])\n')
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "probe.py").write_text('import subprocess\nsubprocess.run(["nvidia-smi"])\n')
     monkeypatch.setattr(f"{__name__}.TESTS", tmp_path)
     assert _commands_run_by_the_tests() == {"mkisofs": ["guest/helper.py:1"], "ovmfctl": ["test_x.py:2"]}
 
