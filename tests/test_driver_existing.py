@@ -194,3 +194,21 @@ def test_a_mixed_three_host_inventory_gets_one_decision_per_host():
 def test_an_unknown_mode_is_one_clear_error():
     with pytest.raises(ValueError, match="nvidia_driver_existing is 'upgrade': use one of keep, replace, refuse"):
         decide(facts(), plan(P100), "upgrade")
+
+
+def test_debian_s_cuda_toolkit_beside_debian_s_driver_is_still_the_distribution_s_packaging():
+    # What a Debian 12 host holds after gpulab installed the archive's driver and nvidia-cuda-toolkit: the toolkit
+    # brings nvidia-openjdk-8-jre and nvidia-opencl-dev, whose names start like NVIDIA's open-module packages.
+    toolkit = [
+        pkg("nvidia-cuda-toolkit", "11.8.89~11.8.0-5~deb12u1"),
+        pkg("nvidia-cuda-dev", "11.8.89~11.8.0-5~deb12u1"),
+        pkg("nvidia-opencl-dev", "11.8.89~11.8.0-5~deb12u1"),
+        pkg("nvidia-openjdk-8-jre", "9.+8u252-b09-1~deb9u1~11.8.0-5~deb12u1"),
+        pkg("nvidia-opencl-icd", "535.261.03-1~deb12u1"),
+    ]
+    host = facts(*[{**p, "hold": True} for p in DEBIAN_535], *toolkit, managed=True)
+    assert installed_driver(host) == ("535.261.03", "distro")
+    converge = decide(host, plan(P100), "replace", "n1")
+    assert converge.action == "install" and "checked in place" in converge.message
+    # NVIDIA's own open-module meta packages are still NVIDIA's packaging, wherever they came from.
+    assert installed_driver(facts(pkg("nvidia-open-580", "580.95.05-1")))[1] == "cuda_repo"

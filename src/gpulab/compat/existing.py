@@ -23,7 +23,7 @@ MODES = ("keep", "replace", "refuse")
 # Packages whose version is the driver's (the kernel-module and userspace packages of every packaging).
 _VERSIONED = re.compile(
     r"^(nvidia-driver|nvidia-tesla-\d+-driver|nvidia-kernel-dkms|nvidia-open-kernel-dkms|nvidia-tesla-\d+-kernel-dkms"
-    r"|nvidia-headless-.*|nvidia-utils-.*|nvidia-dkms-.*|cuda-drivers.*|nvidia-open.*|nvidia-driver-\d+.*"
+    r"|nvidia-headless-.*|nvidia-utils-.*|nvidia-dkms-.*|cuda-drivers.*|nvidia-open(-\d+)?|nvidia-driver-\d+.*"
     r"|libnvidia-compute-.*|nvidia-smi|libnvidia-ml1|libcuda1)$"
 )
 
@@ -67,16 +67,21 @@ def _plain(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0].split("~", 1)[0]
 
 
+# Names only NVIDIA's repository uses (its open-module meta packages; not nvidia-opencl-* or nvidia-openjdk-*, which
+# Debian's CUDA toolkit brings).
+_NVIDIA_ONLY = re.compile(r"^(cuda-drivers.*|nvidia-open(-\d+)?)$")
+
+
 def _package_packaging(pkg: dict[str, Any]) -> str:
     origin = (pkg.get("origin") or "").lower()
-    if "nvidia" in origin or pkg["name"].startswith(("cuda-drivers", "nvidia-open")):
+    if "nvidia" in origin or _NVIDIA_ONLY.match(pkg["name"]):
         return "cuda_repo"
     return "distro"
 
 
 def installed_driver(facts: dict[str, Any]) -> tuple[str | None, str]:
     """(the driver version in place, its packaging) from driver_facts' answer."""
-    packages = [p for p in facts.get("packages", []) if _VERSIONED.match(p["name"])]
+    packages = [p for p in facts.get("packages", []) if _VERSIONED.match(p["name"]) and not _NOT_DRIVER.match(p["name"])]
     runfile = facts.get("runfile") or None
     # NVIDIA's repository packages depend on some of the distribution's (libraries by Debian's names): one packaging,
     # NVIDIA's, where any of its packages is there. A runfile install beside packages is two drivers.
