@@ -267,13 +267,15 @@ def main() -> int:
     with Sampler([0], interval_s=0.1) as sampler:
         summary["nvml"] = sampler.problem or "sampled"
         loops = loop_settings()
-        phases = [
-            lambda: phase_reference(sampler),
-            lambda: phase_gpulab_run(sampler, loops[:1]),
-            lambda: phase_study(sampler),
-            lambda: phase_gpulab_run(sampler, loops[1:]),  # the compiled loops last: their compile takes a minute
-        ]
-        for phase in phases:
+        phases = {
+            "reference": lambda: phase_reference(sampler),
+            "run": lambda: phase_gpulab_run(sampler, loops[:1]),
+            "study": lambda: phase_study(sampler),
+            "compiled": lambda: phase_gpulab_run(sampler, loops[1:]),  # last: their compile takes a minute
+        }
+        wanted = os.environ.get("PHASES", " ".join(phases)).split()
+        summary["skipped"] += [f"{name}: not in PHASES" for name in phases if name not in wanted]
+        for phase in (phases[name] for name in phases if name in wanted):
             try:
                 phase()
             except Exception as err:  # a phase's failure is a line of the summary; the others still run

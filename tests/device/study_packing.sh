@@ -8,7 +8,7 @@
 #
 # Needs torch + torchvision with CUDA, nvidia-ml-py, dask distributed, psweep, pandas, PyYAML (a carried venv: set
 # PY=venv/bin/python). The reference script is REF, else shared/reference/style_transfer_ref.py. Knobs: RUNS
-# (default 24), K (4), LOOPS ("eager compile-graphs"), BUDGET_S (510: later phases are skipped, and said so, once
+# (default 24), K (4), LOOPS ("eager compile-graphs"), PHASES ("reference run study compiled"), BUDGET_S (510: later phases are skipped, and said so, once
 # it is spent). Changes no clock, power or mode setting; reads the GPU through NVML only.
 set -u
 cd "$(dirname "$0")/../.."
