@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.report.io import ReportError, default_report_path, load_report, write_report
+from gpulab.report.io import ReportError, atomic_write_text, default_report_path, load_report, write_report
 from gpulab.report.model import Check, Report
 from report_builders import minimal_fingerprint, sample_report
 
@@ -132,3 +132,14 @@ def test_default_report_path(tmp_path):
     path = default_report_path(tmp_path, "gpu 01/a", now=when)
     assert path == tmp_path / "report-gpu_01_a-20250601T123005Z.json"
     assert default_report_path(tmp_path, "h").name.startswith("report-h-")
+
+
+def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path):
+    real = tmp_path / "kept" / "page.html"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "page.html"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert sorted(p.name for p in real.parent.iterdir()) == ["page.html"]  # no temporary file left

@@ -123,14 +123,14 @@ def atomic_write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` so readers see the old file or the whole new one, never a part.
 
     A temporary file in the same directory is written, flushed and fsync'ed, then renamed over `path`.
-    Parent directories are created.
+    Parent directories are created. A symbolic link is followed: the file it names is replaced and the link stays.
     """
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """`atomic_write_text` for bytes (a pickle, an image)."""
-    path = Path(path)
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o777

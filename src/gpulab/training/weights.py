@@ -84,6 +84,7 @@ def save_weights(model: Any, path: Path) -> None:
     import torch
 
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    path = Path(os.path.realpath(path)) if path.is_symlink() else path  # the file a link names; the link stays
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
