@@ -1,5 +1,30 @@
-"""Fixtures shared by gpulab's own tests (the guest image, libvirtd and a booted guest: see tests/guest)."""
+"""Fixtures shared by gpulab's own tests (the guest image, libvirtd and a booted guest: see tests/guest), and how the
+tests share the machine when pytest-xdist runs them on several workers (`./bootstrap.sh test` does)."""
+
+from __future__ import annotations
+
+import pytest
 
 from guest.fixtures import booted_guest, debian_root, guest_rootfs, libvirt_system, require_root_tools
 
 __all__ = ["booted_guest", "debian_root", "guest_rootfs", "libvirt_system", "require_root_tools"]
+
+# Tests that use one of these fixtures run on one worker, one after another (xdist's loadgroup): the booted guest and
+# the system libvirtd exist once per session, and the Debian roots share apt's archive cache and its lock. The first
+# group that names a fixture wins, so a guest test that also needs the root image is a guest test.
+SHARED_BY = (
+    ("guest", ("booted_guest", "libvirt_system")),
+    ("roots", ("debian_root", "guest_rootfs")),
+)
+
+
+def shared_group(fixturenames: tuple[str, ...] | list[str]) -> str | None:
+    """The worker group of a test that uses `fixturenames`, or None when it may run anywhere."""
+    return next((group for group, fixtures in SHARED_BY if set(fixtures) & set(fixturenames)), None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = shared_group(getattr(item, "fixturenames", ()))
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
