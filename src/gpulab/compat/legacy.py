@@ -15,37 +15,41 @@ from gpulab.compat.data import CudaRelease, load_matrix
 from gpulab.compat.rules import normalize_arch
 
 # (first id, last id, architecture), device ids of vendor 10de, first match wins; from pci.ids chip names
-# (GF1xx Fermi, GK1xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx Turing, GA1xx Ampere,
-# GH100 Hopper, AD1xx Ada, GB1xx/GB2xx Blackwell).
+# (GF1xx Fermi, GK1xx/GK2xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx Turing, GA1xx Ampere,
+# GH100 Hopper, AD1xx Ada, GB1xx/GB2xx Blackwell). tests/test_compat_legacy.py holds every GPU pci.ids names by
+# its chip against these. Ids of pre-Fermi chips (G8x/G9x/GT2xx, e.g. GT218 at 0x10C0) are in no range.
 _PCI_RANGES: tuple[tuple[int, int, str], ...] = (
     (0x06C0, 0x06DF, "Fermi"),  # GF100
     (0x0DC0, 0x0DFF, "Fermi"),  # GF106, GF108
     (0x0E20, 0x0E3F, "Fermi"),  # GF104
+    (0x0F00, 0x0F3F, "Fermi"),  # GF108 (GeForce GT 610/620/630/730)
     (0x0FC0, 0x0FFF, "Kepler"),  # GK107
-    (0x1000, 0x103F, "Kepler"),  # GK110, GK110B (Tesla K20/K40)
+    (0x1000, 0x103F, "Kepler"),  # GK110, GK110B, GK180, GK210 (Tesla K20/K40/K80)
     (0x1040, 0x107F, "Fermi"),  # GF119
     (0x1080, 0x109F, "Fermi"),  # GF110 (Tesla M2090, GTX 580)
-    (0x10C0, 0x10DF, "Fermi"),  # GT218 era ids reused by GF1xx mobile parts
-    (0x1100, 0x113F, "Kepler"),  # GK208
+    (0x1140, 0x115F, "Fermi"),  # GF117M
     (0x1180, 0x11FF, "Kepler"),  # GK104, GK106
     (0x1200, 0x127F, "Fermi"),  # GF114, GF116
     (0x1280, 0x12BF, "Kepler"),  # GK208
+    (0x1300, 0x133F, "Kepler"),  # GK110 (0x130B)
     (0x1340, 0x13BF, "Maxwell"),  # GM108, GM107 (Tesla M10)
     (0x13C0, 0x13FF, "Maxwell"),  # GM204
     (0x1400, 0x143F, "Maxwell"),  # GM206
-    (0x15F0, 0x15FF, "Pascal"),  # GP100
+    (0x15C0, 0x15FF, "Pascal"),  # GP100
     (0x1600, 0x167F, "Maxwell"),  # GM20x mobile
-    (0x1700, 0x17FF, "Maxwell"),  # GM200
+    (0x1720, 0x172F, "Pascal"),  # GP100: inside the Maxwell block below, so listed before it
+    (0x1700, 0x17FF, "Maxwell"),  # GM107, GM108, GM200
     (0x1B00, 0x1D7F, "Pascal"),  # GP102, GP104, GP106, GP107, GP108
     (0x1D80, 0x1DFF, "Volta"),  # GV100
     (0x1E00, 0x1FFF, "Turing"),  # TU102, TU104, TU106, TU117
     (0x2080, 0x20FF, "Ampere"),  # GA100
     (0x2100, 0x21FF, "Turing"),  # TU116
-    (0x2300, 0x234F, "Hopper"),  # GH100: inside the GA10x block below, so listed before it (first match wins)
+    (0x2300, 0x23FF, "Hopper"),  # GH100 (H100, H200, GH200): inside the GA10x block below, so listed before it
     (0x2200, 0x25FF, "Ampere"),  # GA102, GA103, GA104, GA106, GA107
     (0x2600, 0x28FF, "Ada"),  # AD102, AD103, AD104, AD106, AD107
-    (0x2900, 0x29FF, "Blackwell"),  # GB100, GB102
-    (0x2B00, 0x2FFF, "Blackwell"),  # GB20x
+    (0x2900, 0x29FF, "Blackwell"),  # GB100, GB102 (B100, B200, GB200)
+    (0x2B00, 0x2FFF, "Blackwell"),  # GB10B, GB20x, GB20B
+    (0x3180, 0x33FF, "Blackwell"),  # GB110, GB112, GB120 (B300, GB300)
 )
 
 # The compute capability a stack must serve for each architecture: the one most of its compute boards have

@@ -1,0 +1,109 @@
+"""The PCI-id ranges of compat/legacy.py held against pci.ids, the list the ids come from.
+
+pci.ids names most NVIDIA GPUs by their chip (`2330  GH100 [H100 SXM5 80GB]`); the chip's letters name the
+architecture. Every such GPU must map to that architecture, and the ids of chips older than Fermi to none. The
+system's pci.ids (Debian's package) gives the broad sample; it may predate the newest chips, so an excerpt of the
+upstream list from device 0x2300 on (tests/fixtures/pci-ids/README.md) adds Hopper's and Blackwell's later ids.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpulab.compat.legacy import architecture_for_pci_id, newest_stack
+from guest.prereq import require_file
+
+SYSTEM_PCI_IDS = "/usr/share/misc/pci.ids"
+EXCERPT = Path(__file__).parent / "fixtures" / "pci-ids" / "nvidia-2300-on.ids"
+CHIP_ARCH = {
+    "GF": "Fermi",
+    "GK": "Kepler",
+    "GM": "Maxwell",
+    "GP": "Pascal",
+    "GV": "Volta",
+    "TU": "Turing",
+    "GA": "Ampere",
+    "AD": "Ada",
+    "GH": "Hopper",
+    "GB": "Blackwell",
+}
+CHIP = re.compile(r"(GF|GK|GM|GP|GV|TU|GA|AD|GH|GB)\d{2,3}[A-Z]*")
+# Chips before Fermi: NV1-NV4x, G7x-G9x, GT2xx, and the chipsets (MCP, C51).
+PRE_FERMI = re.compile(r"(NV\d+|G\d{2}|GT2\d\d|MCP\d+|C\d\d)[A-Z]*")
+# Functions of a GPU's board or of a chip family that nvidia-smi never lists as a GPU.
+NOT_A_GPU = ("Audio", "USB", "UCSI", "NVSwitch", "PCIe host", "PCI bridge")
+
+
+def _nvidia_devices(text: str) -> dict[str, str]:
+    """pci.ids -> {"10de:2330": "GH100 [H100 SXM5 80GB]"}: vendor 10de's device lines (subsystems left out)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("10de  "))
+    devices: dict[str, str] = {}
+    for line in lines[start + 1 :]:
+        if line and not line.startswith(("\t", "#")):
+            break  # the next vendor
+        if line.startswith("\t") and not line.startswith("\t\t"):
+            devices[f"10de:{line[1:5]}"] = line[7:]
+    return devices
+
+
+def _gpus_named_by_chip(devices: dict[str, str]) -> dict[str, str]:
+    """{pci id: architecture} for the GPUs whose pci.ids name starts with a Fermi-or-later chip."""
+    out = {}
+    for pci_id, name in devices.items():
+        match = CHIP.fullmatch(name.split(" ")[0])
+        if match and not any(word in name for word in NOT_A_GPU):
+            out[pci_id] = CHIP_ARCH[match.group(1)]
+    return out
+
+
+def _system_devices() -> dict[str, str]:
+    return _nvidia_devices(require_file(SYSTEM_PCI_IDS).read_text(encoding="utf-8", errors="replace"))
+
+
+def _excerpt_devices() -> dict[str, str]:
+    return _nvidia_devices(EXCERPT.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("source", ["system", "excerpt"])
+def test_every_gpu_pci_ids_names_by_chip_maps_to_its_architecture(source: str) -> None:
+    gpus = _gpus_named_by_chip(_system_devices() if source == "system" else _excerpt_devices())
+    got = {pci: architecture_for_pci_id(pci) for pci in gpus}
+    wrong = {pci: (arch, got[pci]) for pci, arch in gpus.items() if got[pci] != arch}
+    assert not wrong, f"pci id: (architecture by pci.ids, by legacy.py): {wrong}"
+
+
+def test_the_sample_covers_every_architecture_since_fermi() -> None:
+    gpus = {**_gpus_named_by_chip(_system_devices()), **_gpus_named_by_chip(_excerpt_devices())}
+    per_arch = {arch: sum(1 for a in gpus.values() if a == arch) for arch in CHIP_ARCH.values()}
+    # A parser that found nothing (a changed file layout) must not pass as "nothing wrong".
+    assert all(count >= 10 for count in per_arch.values()), per_arch  # Volta: GV100 only
+    # Cards gpulab's captures and users name, as a spot check of the parse itself.
+    for pci_id, arch in {
+        "10de:1091": "Fermi",  # Tesla M2090
+        "10de:1028": "Kepler",  # Tesla K20m
+        "10de:13bd": "Maxwell",  # Tesla M10
+        "10de:15f8": "Pascal",  # Tesla P100 PCIe 16GB
+        "10de:1db4": "Volta",  # Tesla V100 PCIe 16GB
+        "10de:1eb8": "Turing",  # Tesla T4
+        "10de:20b2": "Ampere",  # A100 SXM4 80GB
+        "10de:26b5": "Ada",  # L40
+        "10de:2335": "Hopper",  # H200 SXM 141GB (excerpt)
+        "10de:2901": "Blackwell",  # B200 (excerpt)
+    }.items():
+        assert gpus[pci_id] == arch
+
+
+def test_chips_before_fermi_map_to_no_architecture() -> None:
+    devices = _system_devices()
+    old = [pci for pci, name in devices.items() if PRE_FERMI.fullmatch(name.split(" ")[0])]
+    assert len(old) > 500 and "10de:10c0" in old  # GT218 (GeForce 9300 GS), once taken for Fermi
+    assert [pci for pci in old if architecture_for_pci_id(pci) is not None] == []
+
+
+def test_every_architecture_of_the_ranges_has_a_newest_stack() -> None:
+    for arch in CHIP_ARCH.values():
+        assert newest_stack(arch).architecture == arch
