@@ -573,9 +573,14 @@ def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
             "the GPU, reset it, and run the vendor's field diagnostics; replace it if they recur",
             **ev,
         )
+    if e.volatile_uncorrected is None and e.aggregate_uncorrected == 0:
+        # The board's lifetime count holds every error since the driver loaded too (with MIG on, the driver
+        # reports the since-load counts per instance only).
+        return _ok(name, f"{gpu_label(gpu)}: ECC on, no uncorrectable errors in the board's life", **ev)
     if e.volatile_uncorrected is None:
+        life = "" if e.aggregate_uncorrected is None else f" (the board's lifetime count is {e.aggregate_uncorrected})"
         return _skip(
-            name, f"{gpu_label(gpu)}: ECC on, but the uncorrectable error count is not reported by {source}", **ev
+            name, f"{gpu_label(gpu)}: ECC on, but the uncorrectable error count is not reported by {source}{life}", **ev
         )
     return _ok(name, f"{gpu_label(gpu)}: ECC on, no uncorrectable errors", **ev)
 
