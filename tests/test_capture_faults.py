@@ -71,6 +71,17 @@ def test_temperature_above_slowdown_fails_against_the_gpus_own_threshold():
     assert check.status == "fail" and "97 C, at or above its slowdown threshold 95 C" in check.message
 
 
+def test_t_limit_margins_are_thresholds_too():
+    # rtx-4090-tlimit.xml reports margins to its T.Limit only: 40 C now, 43 C left, slowdown 2 C and shutdown
+    # 7 C beyond it. The margin edited to -3 C puts it past the slowdown point.
+    gpu = _gpu((CAPTURES / "rtx-4090-tlimit.xml").read_text())
+    assert (gpu.temperature_c, gpu.temp_slowdown_c, gpu.temp_shutdown_c) == (40, 85, 90)
+    assert health.thermal(gpu).message.endswith("40 C, 45 C below its slowdown threshold 85 C")
+    hot = _gpu(_edit("rtx-4090-tlimit.xml", ("<gpu_temp_tlimit>43 C<", "<gpu_temp_tlimit>-3 C<")))
+    check = health.thermal(hot, "the capture")
+    assert check.status == "fail" and "40 C, at or above its slowdown threshold 39 C" in check.message
+
+
 @pytest.mark.parametrize(
     "old, new, words",
     [

@@ -111,12 +111,12 @@ EXPECTED = {
         _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",  # ECC off: how they ship
     ),
     "rtx-pro-6000-maxq.xml": Expected(
-        "Blackwell workstation card, no temperature thresholds reported",
+        "Blackwell workstation card, temperature thresholds as T.Limit margins",
         1,
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "Blackwell", "12.0", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
     ),
     "t4-passthrough.xml": Expected(
         "T4 at x8 of x16 while busy (P0, a process): a narrow slot",
@@ -235,9 +235,43 @@ EXPECTED = {
         _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
     ),
     "rtx-4000-sff-ada.xml": Expected(
-        "Ada workstation card, ECC off, 2 processes, thresholds N/A",
+        "Ada workstation card, ECC off, 2 processes, thresholds as T.Limit margins",
         1, "NVIDIA RTX 4000 SFF Ada Generation", None, "Ada Lovelace", "8.9", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-4090-tlimit.xml": Expected(
+        "GeForce RTX 4090 whose temperature thresholds are T.Limit margins only; a gen4 card in a gen3 host, idle",
+        1, "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", "Ada Lovelace", "8.9", "consumer",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-3060-laptop-x8.xml": Expected(
+        "laptop GeForce (not in the matrix) idle at gen1 x8: its board's lanes, not judged idle",
+        1, "NVIDIA GeForce RTX 3060 Laptop GPU", None, "Ampere", None, "consumer",
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-2080-windows-x8.xml": Expected(
+        "Windows desktop (WDDM, no persistence mode) with 26 desktop applications, idle at x8",
+        1, "NVIDIA GeForce RTX 2080", None, "Turing", "7.5", "consumer",
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "tesla-t4-windows-wddm.xml": Expected(
+        "T4 under Windows (WDDM, vApps licence) serving desktop sessions, idle",
+        1, "Tesla T4", "Tesla T4", "Turing", "7.5", "data-centre",
+        _v("pass", "pass", "pass", "skip", "pass"), "pass", mode="bare metal",  # Windows has no persistence mode
+    ),
+    # --- MIG and passthrough of other generations ------------------------------------------------------------
+    "a100-sxm4-40gb-mig-passthrough.xml": Expected(
+        "A100 40GB passed through with MIG on (2 instances); ECC judged on the lifetime count; persistence off",
+        1, "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", "data-centre",
+        # Row remapping is N/A in the guest; whole-GPU readings skip under MIG.
+        _v("pass", "pass", "skip", "fail", "skip", whole="skip"),
+        "fail", fails={"persistence": PERSISTENCE_OFF}, mode="MIG",
+    ),
+    "p100-passthrough-driver510.xml": Expected(
+        "P100 passed through on driver 510, persistence off",
+        1, "Tesla P100-PCIE-16GB", "Tesla P100-PCIE-16GB", "Pascal", "6.0", "data-centre",
+        _v("pass", "pass", "pass", "fail", "pass"), "fail", fails={"persistence": PERSISTENCE_OFF},
+        mode="passthrough",
     ),
 }  # fmt: skip
 
@@ -373,3 +407,11 @@ def test_a10g_without_pci_id_is_resolved_by_name():
     gpu = _fp("a10g-passthrough.xml").gpus[0]
     assert gpu.pci_device_id == "00de:0000" and gpu.matrix_name == "NVIDIA A10G"
     assert gpu.virtualization_mode == "Pass-Through" and not health.vgpu_slice(gpu)
+
+
+def test_mig_in_a_guest_is_judged_on_the_lifetime_ecc_count():
+    # With MIG on, the driver reports the since-load ECC counts per instance only (N/A for the GPU).
+    gpu = _fp("a100-sxm4-40gb-mig-passthrough.xml").gpus[0]
+    e = gpu.ecc_errors
+    assert (e.volatile_uncorrected, e.aggregate_uncorrected) == (None, 0)
+    assert health.ecc(gpu).message.endswith("ECC on, no uncorrectable errors in the board's life")

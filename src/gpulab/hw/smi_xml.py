@@ -105,6 +105,25 @@ def _sum(node: ET.Element | None, paths: tuple[str, ...]) -> int | None:
     return sum(values) if values else None
 
 
+def _threshold(gpu: ET.Element, which: str) -> float | None:
+    """The temperature at which the GPU slows down ("slow") or shuts down ("max"), in C.
+
+    Ada and Blackwell boards on R535 and later drivers (captures/rtx-4090-tlimit.xml) give no absolute
+    thresholds but margins to their T.Limit: <gpu_temp_tlimit> is how far below it the GPU runs now,
+    <gpu_temp_slow_tlimit_threshold> (-2 C) and <gpu_temp_max_tlimit_threshold> (-7 C) how far beyond it each
+    action starts. The absolute threshold is the temperature plus the margin left, less the action's margin.
+    """
+    absolute = _num(gpu, f"temperature/gpu_temp_{which}_threshold")
+    if absolute is not None:
+        return absolute
+    temp = _num(gpu, "temperature/gpu_temp")
+    margin = _num(gpu, "temperature/gpu_temp_tlimit")
+    beyond = _num(gpu, f"temperature/gpu_temp_{which}_tlimit_threshold")
+    if temp is None or margin is None or beyond is None:
+        return None
+    return temp + margin - beyond
+
+
 def _ecc(gpu: ET.Element) -> EccErrors:
     errors = gpu.find("ecc_errors")
     out = EccErrors()
@@ -282,8 +301,8 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         power_limit_w=limit,
         default_power_limit_w=_num(power, "default_power_limit"),
         min_power_limit_w=_num(power, "min_power_limit"),
-        temp_slowdown_c=_num(gpu, "temperature/gpu_temp_slow_threshold"),
-        temp_shutdown_c=_num(gpu, "temperature/gpu_temp_max_threshold"),
+        temp_slowdown_c=_threshold(gpu, "slow"),
+        temp_shutdown_c=_threshold(gpu, "max"),
         pcie_replays=_int(pci, "replay_counter"),
         pcie_replay_rollovers=_int(pci, "replay_rollover_counter"),
         product_brand=_text(gpu, "product_brand"),
