@@ -259,6 +259,17 @@ EXPECTED = {
         1, "Tesla T4", "Tesla T4", "Turing", "7.5", "data-centre",
         _v("pass", "pass", "pass", "skip", "pass"), "pass", mode="bare metal",  # Windows has no persistence mode
     ),
+    "l4-x2-one-at-x1.xml": Expected(
+        "two L4 transcoding (ffmpeg, P0); the second trained at gen4 x1 of x16 under that load",
+        2, "NVIDIA L4", "NVIDIA L4", "Ada Lovelace", "8.9", "data-centre",
+        _v("pass", "pass", "pass", "fail", "pass"), "fail",
+        fails={
+            "pcie_link": "x1 of x16 at full generation with work on it: a slot, riser or lane-training fault",
+            "persistence": PERSISTENCE_OFF,
+        },
+        per_gpu_override={("pcie_link", 1): "fail"},
+        mode="bare metal",
+    ),
     # --- MIG and passthrough of other generations ------------------------------------------------------------
     "a100-sxm4-40gb-mig-passthrough.xml": Expected(
         "A100 40GB passed through with MIG on (2 instances); ECC judged on the lifetime count; persistence off",
@@ -415,3 +426,12 @@ def test_mig_in_a_guest_is_judged_on_the_lifetime_ecc_count():
     e = gpu.ecc_errors
     assert (e.volatile_uncorrected, e.aggregate_uncorrected) == (None, 0)
     assert health.ecc(gpu).message.endswith("ECC on, no uncorrectable errors in the board's life")
+
+
+def test_server_card_trained_x1_under_load_fails_naming_the_causes():
+    fp = _fp("l4-x2-one-at-x1.xml")
+    busy = fp.gpus[1]
+    assert (busy.performance_state, busy.compute_processes, str(busy.pcie)) == ("P0", 1, "gen4/4 x1/16")
+    check = health.pcie_link(busy, None, source=health.reporter(fp))
+    assert check.status == "fail" and "width x1 of x16" in check.message and "failed to train" in check.message
+    assert health.pcie_link(fp.gpus[0]).status == "pass"

@@ -448,8 +448,8 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
     if narrow and link.width_current == 1:
         causes.append(
             f"width x1 of x{link.width_max}: the card sits on an x1 riser (the USB-cable kind mining rigs use) or "
-            f"in an x1 slot, so host transfers get 1/{link.width_max} of the lanes; seat it in a full-width slot "
-            "or on a full-width riser"
+            f"in an x1 slot, or its other lanes failed to train, so host transfers get 1/{link.width_max} of the "
+            "lanes; seat it in a full-width slot or on a full-width riser, and reseat it if it trains x1 there"
         )
     elif narrow:
         causes.append(
