@@ -107,3 +107,18 @@ def test_chips_before_fermi_map_to_no_architecture() -> None:
 def test_every_architecture_of_the_ranges_has_a_newest_stack() -> None:
     for arch in CHIP_ARCH.values():
         assert newest_stack(arch).architecture == arch
+
+
+def test_the_newest_stack_names_tensorflow_too() -> None:
+    from gpulab.compat.data import load_matrix
+
+    newest_tf = load_matrix().tensorflow[-1].version
+    # Kepler's last CUDA is 11.x (R470): TensorFlow 2.14 is the last release tested on CUDA 11 (11.8).
+    assert newest_stack("Kepler").tensorflow == "2.14"
+    # Maxwell (cc 5.0) runs CUDA 12, but TensorFlow's wheels stop carrying its kernels after 2.17.
+    assert newest_stack("Maxwell").tensorflow == "2.17"
+    assert newest_stack("Hopper").tensorflow == newest_tf
+    assert newest_stack("Ampere").text().endswith(f", TensorFlow {newest_tf}")
+    fermi = newest_stack("Fermi")
+    assert fermi.tensorflow is None
+    assert fermi.text().endswith("no TensorFlow release the matrix lists (1.12 and later)")

@@ -1,5 +1,5 @@
 """GPUs the matrix does not list by model: their architecture from the PCI device id, and the newest stack
-(driver branch, CUDA, PyTorch) that still supports that architecture, computed from matrix.yml.
+(driver branch, CUDA, PyTorch, TensorFlow) that still supports that architecture, computed from matrix.yml.
 
 The PCI id ranges follow NVIDIA's chip numbering as listed in pci.ids (https://pci-ids.ucw.cz/read/PC/10de):
 each GPU generation's chips take consecutive device-id blocks. A range is a chip family's block, so an id in
@@ -90,16 +90,27 @@ class NewestStack:
     driver: str
     cuda: str | None
     torch: str | None
+    tensorflow: str | None
     current: bool  # the newest driver branch still supports the architecture
 
     def text(self) -> str:
-        torch = f"PyTorch {self.torch}" if self.torch else "no PyTorch release the matrix lists (1.13 and later)"
+        matrix = load_matrix()
+        torch = (
+            f"PyTorch {self.torch}"
+            if self.torch
+            else f"no PyTorch release the matrix lists ({matrix.torch[0].version} and later)"
+        )
+        tf = (
+            f"TensorFlow {self.tensorflow}"
+            if self.tensorflow
+            else f"no TensorFlow release the matrix lists ({matrix.tensorflow[0].version} and later)"
+        )
         cuda = f"CUDA {self.cuda}" if self.cuda else "no CUDA"
-        return f"driver {self.driver_branch} ({self.driver}), {cuda}, {torch}"
+        return f"driver {self.driver_branch} ({self.driver}), {cuda}, {torch}, {tf}"
 
 
 def newest_stack(architecture: str) -> NewestStack:
-    """The newest driver branch, CUDA and PyTorch that support `architecture`, from matrix.yml."""
+    """The newest driver branch, CUDA, PyTorch and TensorFlow that support `architecture`, from matrix.yml."""
     arch = normalize_arch(architecture)
     matrix = load_matrix()
     branches = [b for b in matrix.drivers if arch in b.architectures]
@@ -120,7 +131,7 @@ def newest_stack(architecture: str) -> NewestStack:
     cudas = [c for c in matrix.cuda if served(c)]
     cuda = max((c.version for c in cudas), key=versions.key, default=_LAST_CUDA_BEFORE_MATRIX.get(arch))
     major, minor = ARCH_CC[arch].split(".")
-    torch = None
+    torch = tf = None
     if cuda is not None:
         runs = [
             r.version
@@ -130,5 +141,12 @@ def newest_stack(architecture: str) -> NewestStack:
             and any(a.split(".")[0] == major and int(a.split(".")[1]) <= int(minor) for a in b.arches)
         ]
         torch = max(runs, key=versions.key, default=None)
+        # A TensorFlow release runs where its tested CUDA does and its wheels carry kernels for the GPU.
+        tfs = [
+            t.version
+            for t in matrix.tensorflow
+            if versions.key(t.cuda) <= versions.key(cuda) and versions.key(t.cc_min) <= cc
+        ]
+        tf = max(tfs, key=versions.key, default=None)
     newest = max(b.number for b in matrix.drivers)
-    return NewestStack(arch, last.branch, last.recommended, cuda, torch, current=last.number == newest)
+    return NewestStack(arch, last.branch, last.recommended, cuda, torch, tf, current=last.number == newest)
