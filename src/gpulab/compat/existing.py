@@ -81,7 +81,9 @@ def _package_packaging(pkg: dict[str, Any]) -> str:
 
 def installed_driver(facts: dict[str, Any]) -> tuple[str | None, str]:
     """(the driver version in place, its packaging) from driver_facts' answer."""
-    packages = [p for p in facts.get("packages", []) if _VERSIONED.match(p["name"]) and not _NOT_DRIVER.match(p["name"])]
+    packages = [
+        p for p in facts.get("packages", []) if _VERSIONED.match(p["name"]) and not _NOT_DRIVER.match(p["name"])
+    ]
     runfile = facts.get("runfile") or None
     # NVIDIA's repository packages depend on some of the distribution's (libraries by Debian's names): one packaging,
     # NVIDIA's, where any of its packages is there. A runfile install beside packages is two drivers.
