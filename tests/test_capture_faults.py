@@ -114,6 +114,23 @@ def test_vgpu_host_vms_are_not_foreign_work():
     assert "a vGPU host's GPU" in (health.whole_gpu_notice(gpus[0]) or "")
 
 
+def test_windows_desktop_programs_are_graphics_clients_not_foreign_work(tmp_path):
+    # tesla-t4-windows-wddm.xml: WDDM lists the desktop's 15 DirectX programs (explorer.exe, ...) as C+G with
+    # memory N/A. A CUDA program there is listed C: explorer.exe's entry edited to that type is foreign work.
+    from gpulab.hw.discover import fingerprint
+
+    path = CAPTURES / "tesla-t4-windows-wddm.xml"
+    gpus = fingerprint(smi_xml=path, probe_frameworks=False).gpus
+    assert gpus[0].compute_processes == 0
+    seen = occupancy.from_capture(gpus, path)
+    assert len(seen.gpus[0].processes) == 15 and {p.kinds for p in seen.gpus[0].processes} == {("graphics",)}
+    assert occupancy.gpus_free(seen, gpus).status == "pass"
+    cuda = tmp_path / "t4-cuda.xml"
+    cuda.write_text(_edit(path.name, ("<pid>15604</pid>\n\t\t\t\t<type>C+G<", "<pid>15604</pid>\n\t\t\t\t<type>C<")))
+    check = occupancy.gpus_free(occupancy.from_capture(gpus, cuda), gpus)
+    assert check.status == "fail" and "pid 15604 C:\\Windows\\explorer.exe memory not reported" in check.message
+
+
 def test_old_schema_busy_gpu_is_busy():
     # Fermi, driver 285: <compute_processes> and <memory_usage> in MB, read as today's fields.
     from gpulab.hw.discover import fingerprint

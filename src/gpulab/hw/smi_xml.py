@@ -220,6 +220,19 @@ def _mig_devices(gpu: ET.Element) -> list[MigDevice]:
     return out
 
 
+def process_type(gpu: ET.Element, info: ET.Element) -> str:
+    """A listed process's type: C (compute), G (graphics), C+G, M or M+C (MPS); C where the schema gives none
+    (drivers before ~R384 list compute processes only).
+
+    Under Windows' WDDM driver model every program that draws through DirectX is listed C+G (the desktop shell,
+    browsers, chat clients) while a CUDA program is listed C: there C+G is read as G, a graphics client.
+    """
+    kind = (_text(info, "type") or "C").upper()
+    if kind == "C+G" and (_text(gpu, "driver_model/current_dm") or "").upper() == "WDDM":
+        return "G"
+    return kind
+
+
 def _compute_processes(gpu: ET.Element) -> int | None:
     """Running compute processes (type C or C+G; a display server's G alone keeps no GPU busy); None when the
     capture has no <processes> block or says N/A (MIG, vGPU)."""
@@ -230,7 +243,7 @@ def _compute_processes(gpu: ET.Element) -> int | None:
         return None
     found = node.findall("process_info")
     if found:
-        return sum(1 for p in found if "C" in (_text(p, "type") or "C"))
+        return sum(1 for p in found if "C" in process_type(gpu, p))
     text = (node.text or "").strip()
     return None if text and text in _UNKNOWN else 0  # an empty block means none run
 
