@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.compat.legacy import architecture_for_pci_id, newest_stack
+from gpulab.compat.legacy import architecture_for_pci_id, compute_capability_for_pci_id, newest_stack
 from guest.prereq import require_file
 
 SYSTEM_PCI_IDS = "/usr/share/misc/pci.ids"
@@ -76,6 +76,48 @@ def test_every_gpu_pci_ids_names_by_chip_maps_to_its_architecture(source: str) -
     assert not wrong, f"pci id: (architecture by pci.ids, by legacy.py): {wrong}"
 
 
+# Each chip's compute capability (CUDA programming guide, "Compute Capabilities"), by chip name; a chip not here
+# takes its family's entry (its letters), None where no CUDA release names it yet.
+CHIP_CC = {
+    "GF100": "2.0", "GF110": "2.0", "GF": "2.1",
+    "GK104": "3.0", "GK106": "3.0", "GK107": "3.0", "GK210": "3.7", "GK": "3.5",
+    "GM107": "5.0", "GM108": "5.0", "GM": "5.2",
+    "GP100": "6.0", "GP": "6.1", "GV": "7.0", "TU": "7.5", "GA100": "8.0", "GA": "8.6", "AD": "8.9", "GH": "9.0",
+    "GB100": "10.0", "GB102": "10.0", "GB110": "10.3", "GB10B": "11.0", "GB20B": "12.1", "GB112": None,
+    "GB120": None, "GB": "12.0",
+}  # fmt: skip
+CHIP_NAME = re.compile(r"(GF|GK|GM|GP|GV|TU|GA|AD|GH|GB)(\d{2,3})(B(?=M?$|GL))?")
+
+
+# pci.ids names these GM204 with GM107 in brackets: engineering boards whose chip the list does not settle.
+UNSETTLED = {"10de:13ad", "10de:13ae", "10de:13be", "10de:13bf"}
+
+
+def _chip_cc(name: str) -> str | None:
+    """The compute capability of the chip a pci.ids name starts with."""
+    m = CHIP_NAME.match(name.split(" ")[0])
+    assert m, name
+    letters, digits, b = m.groups()
+    for key in (f"{letters}{digits}{b or ''}", f"{letters}{digits}", letters):
+        if key in CHIP_CC:
+            return CHIP_CC[key]
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("source", ["system", "excerpt"])
+def test_every_gpu_pci_ids_names_by_chip_has_its_compute_capability(source: str) -> None:
+    devices = _system_devices() if source == "system" else _excerpt_devices()
+    gpus = _gpus_named_by_chip(devices)
+    wrong = {
+        pci: (devices[pci], want, got)
+        for pci in gpus.keys() - UNSETTLED
+        if (got := compute_capability_for_pci_id(pci)) != (want := _chip_cc(devices[pci]))
+    }
+    assert not wrong, f"pci id: (pci.ids name, compute capability by chip, by legacy.py): {wrong}"
+    assert compute_capability_for_pci_id("10de:118a") == "3.0"  # GRID K520 (GK104)
+    assert compute_capability_for_pci_id("10de:102d") == "3.7"  # Tesla K80 (GK210)
+
+
 def test_the_sample_covers_every_architecture_since_fermi() -> None:
     gpus = {**_gpus_named_by_chip(_system_devices()), **_gpus_named_by_chip(_excerpt_devices())}
     per_arch = {arch: sum(1 for a in gpus.values() if a == arch) for arch in CHIP_ARCH.values()}
@@ -122,3 +164,11 @@ def test_the_newest_stack_names_tensorflow_too() -> None:
     fermi = newest_stack("Fermi")
     assert fermi.tensorflow is None
     assert fermi.text().endswith("no TensorFlow release the matrix lists (1.12 and later)")
+
+
+def test_a_kepler_gpu_of_compute_capability_3_0_has_an_older_newest_stack() -> None:
+    # CUDA 11.0 dropped compute capability 3.0 (GK104/GK106/GK107): the GRID K520's last CUDA is 10.2, and no
+    # PyTorch or TensorFlow release the matrix lists ships its kernels; a 3.5 Kepler (K20, GK110) runs CUDA 11.
+    gk104 = newest_stack("Kepler", "3.0")
+    assert (gk104.driver_branch, gk104.cuda, gk104.torch, gk104.tensorflow) == ("R470", "10.2", None, None)
+    assert newest_stack("Kepler").cuda == newest_stack("Kepler", "3.5").cuda == "11.8"
