@@ -168,6 +168,25 @@ EXPECTED = {
         # The source project renamed its second GPU; an unknown name, so the matrix does not name it.
         name_overrides={1: ("Tesla P100-PCIE-12GB_2", None)},
     ),
+    "grid-k520-kepler-driver352.xml": Expected(
+        "2017, driver 352, schema v7 (no CUDA version, no virtualisation mode): a GRID K520 (GK104, cc 3.0)",
+        1, "GRID K520", None, "Kepler", None, "data-centre",
+        # gen1 of gen3 in P8 idle: not judged; no ECC on the K520.
+        _v("skip", "skip", "skip", "pass", "pass", whole="skip"),
+        "fail", host=("skip", "skip", "fail"),  # driver 352 runs no CUDA in use today
+    ),
+    "grid-k520-inline-dtd.xml": Expected(
+        "the same GRID K520 written with --dtd: the DTD inline in the DOCTYPE",
+        1, "GRID K520", None, "Kepler", None, "data-centre",
+        _v("skip", "skip", "skip", "pass", "pass", whole="skip"),
+        "fail", host=("skip", "skip", "fail"),
+    ),
+    "gt-730-kepler-mostly-na.xml": Expected(
+        "a GeForce GT 730 nvidia-smi barely queries: link, utilisation, throttle reasons, power N/A",
+        1, "GeForce GT 730", None, "Kepler", None, "consumer",
+        # Only the driver and the stack can be judged: both hold, so the run passes on them.
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", thermal="skip"), "pass",
+    ),
     "quadro-p400-driver418.xml": Expected(
         "driver 418 (2019) reports no architecture: Pascal by PCI id",
         1, "Quadro P400", None, "Pascal", None, "workstation",
@@ -268,6 +287,13 @@ EXPECTED = {
             "persistence": PERSISTENCE_OFF,
         },
         per_gpu_override={("pcie_link", 1): "fail"},
+        mode="bare metal",
+    ),
+    "gtx-1650-super-x8-p0.xml": Expected(
+        "GeForce GTX 1650 SUPER at gen3 x8 of x16 in P0: a narrow slot",
+        1, "GeForce GTX 1650 SUPER", None, "Turing", "7.5", "consumer",
+        _v("fail", "skip", "skip", "skip", "pass"), "fail",
+        fails={"pcie_link": "x8 of x16 in P0 at its full generation: no power-saving state, so the slot gives x8"},
         mode="bare metal",
     ),
     # --- MIG and passthrough of other generations ------------------------------------------------------------
@@ -435,3 +461,15 @@ def test_server_card_trained_x1_under_load_fails_naming_the_causes():
     check = health.pcie_link(busy, None, source=health.reporter(fp))
     assert check.status == "fail" and "width x1 of x16" in check.message and "failed to train" in check.message
     assert health.pcie_link(fp.gpus[0]).status == "pass"
+
+
+def test_a_compute_capability_3_0_kepler_is_told_its_own_newest_stack():
+    # The GRID K520's GK104 is compute capability 3.0, which CUDA 11.0 dropped: its last CUDA is 10.2.
+    for name in ("grid-k520-kepler-driver352.xml", "grid-k520-inline-dtd.xml"):
+        check = health.stack_supports_gpus(_fp(name))
+        assert check.status == "fail"
+        assert (
+            "GRID K520 (PCI id 10de:118a, Kepler): driver 352.99 predates every branch the matrix lists"
+            in check.message
+        )
+        assert "the newest stack for this GPU is driver R470 (470.256.02), CUDA 10.2, no PyTorch" in check.message
