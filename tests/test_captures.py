@@ -7,6 +7,7 @@ shows the fault, with the reason beside it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,6 +346,10 @@ def test_every_capture_has_expectations():
     assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted([*EXPECTED, *REFUSED])
     readme = (CAPTURES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in [*EXPECTED, *REFUSED])
+    # The schema generations the README says are held are those the captures name.
+    dtds = {m.group(1) for p in CAPTURES.glob("*.xml") if (m := re.search(r"nvsmi_device_v(\d+)\.dtd", p.read_text()))}
+    held = re.search(r"Schema generations held \(the DTD a capture names\): ([v\d, ]+)\.", " ".join(readme.split()))
+    assert held and sorted(held.group(1).replace("v", "").split(", "), key=int) == sorted(dtds, key=int)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
