@@ -71,6 +71,17 @@ def test_temperature_above_slowdown_fails_against_the_gpus_own_threshold():
     assert check.status == "fail" and "97 C, at or above its slowdown threshold 95 C" in check.message
 
 
+def test_t_limit_margins_are_thresholds_too():
+    # rtx-4090-tlimit.xml reports margins to its T.Limit only: 40 C now, 43 C left, slowdown 2 C and shutdown
+    # 7 C beyond it. The margin edited to -3 C puts it past the slowdown point.
+    gpu = _gpu((CAPTURES / "rtx-4090-tlimit.xml").read_text())
+    assert (gpu.temperature_c, gpu.temp_slowdown_c, gpu.temp_shutdown_c) == (40, 85, 90)
+    assert health.thermal(gpu).message.endswith("40 C, 45 C below its slowdown threshold 85 C")
+    hot = _gpu(_edit("rtx-4090-tlimit.xml", ("<gpu_temp_tlimit>43 C<", "<gpu_temp_tlimit>-3 C<")))
+    check = health.thermal(hot, "the capture")
+    assert check.status == "fail" and "40 C, at or above its slowdown threshold 39 C" in check.message
+
+
 @pytest.mark.parametrize(
     "old, new, words",
     [
@@ -103,6 +114,23 @@ def test_vgpu_host_vms_are_not_foreign_work():
     assert "a vGPU host's GPU" in (health.whole_gpu_notice(gpus[0]) or "")
 
 
+def test_windows_desktop_programs_are_graphics_clients_not_foreign_work(tmp_path):
+    # tesla-t4-windows-wddm.xml: WDDM lists the desktop's 15 DirectX programs (explorer.exe, ...) as C+G with
+    # memory N/A. A CUDA program there is listed C: explorer.exe's entry edited to that type is foreign work.
+    from gpulab.hw.discover import fingerprint
+
+    path = CAPTURES / "tesla-t4-windows-wddm.xml"
+    gpus = fingerprint(smi_xml=path, probe_frameworks=False).gpus
+    assert gpus[0].compute_processes == 0
+    seen = occupancy.from_capture(gpus, path)
+    assert len(seen.gpus[0].processes) == 15 and {p.kinds for p in seen.gpus[0].processes} == {("graphics",)}
+    assert occupancy.gpus_free(seen, gpus).status == "pass"
+    cuda = tmp_path / "t4-cuda.xml"
+    cuda.write_text(_edit(path.name, ("<pid>15604</pid>\n\t\t\t\t<type>C+G<", "<pid>15604</pid>\n\t\t\t\t<type>C<")))
+    check = occupancy.gpus_free(occupancy.from_capture(gpus, cuda), gpus)
+    assert check.status == "fail" and "pid 15604 C:\\Windows\\explorer.exe memory not reported" in check.message
+
+
 def test_old_schema_busy_gpu_is_busy():
     # Fermi, driver 285: <compute_processes> and <memory_usage> in MB, read as today's fields.
     from gpulab.hw.discover import fingerprint
@@ -127,6 +155,7 @@ def test_obsolete_driver_fails_with_the_newest_stack_for_the_gpu():
         "Tesla K20m (PCI id 10de:1028, Kepler): driver 340.24 predates every branch the matrix lists" in check.message
     )
     assert "the newest stack for this GPU is driver R470 (470.256.02), CUDA 11.8" in check.message
+    assert "PyTorch release the matrix lists (1.13 and later), TensorFlow 2.14" in check.message
     fermi = fingerprint(smi_xml=CAPTURES / "tesla-m2090-fermi-driver285.xml", probe_frameworks=False)
     assert "newest stack for this GPU is driver R390 (390.157), CUDA 8.0" in health.stack_supports_gpus(fermi).message
 

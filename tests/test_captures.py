@@ -7,6 +7,7 @@ shows the fault, with the reason beside it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,12 +112,12 @@ EXPECTED = {
         _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",  # ECC off: how they ship
     ),
     "rtx-pro-6000-maxq.xml": Expected(
-        "Blackwell workstation card, no temperature thresholds reported",
+        "Blackwell workstation card, temperature thresholds as T.Limit margins",
         1,
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "Blackwell", "12.0", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
     ),
     "t4-passthrough.xml": Expected(
         "T4 at x8 of x16 while busy (P0, a process): a narrow slot",
@@ -167,6 +168,25 @@ EXPECTED = {
         "fail", host=("skip", "skip", "fail"),
         # The source project renamed its second GPU; an unknown name, so the matrix does not name it.
         name_overrides={1: ("Tesla P100-PCIE-12GB_2", None)},
+    ),
+    "grid-k520-kepler-driver352.xml": Expected(
+        "2017, driver 352, schema v7 (no CUDA version, no virtualisation mode): a GRID K520 (GK104, cc 3.0)",
+        1, "GRID K520", None, "Kepler", None, "data-centre",
+        # gen1 of gen3 in P8 idle: not judged; no ECC on the K520.
+        _v("skip", "skip", "skip", "pass", "pass", whole="skip"),
+        "fail", host=("skip", "skip", "fail"),  # driver 352 runs no CUDA in use today
+    ),
+    "grid-k520-inline-dtd.xml": Expected(
+        "the same GRID K520 written with --dtd: the DTD inline in the DOCTYPE",
+        1, "GRID K520", None, "Kepler", None, "data-centre",
+        _v("skip", "skip", "skip", "pass", "pass", whole="skip"),
+        "fail", host=("skip", "skip", "fail"),
+    ),
+    "gt-730-kepler-mostly-na.xml": Expected(
+        "a GeForce GT 730 nvidia-smi barely queries: link, utilisation, throttle reasons, power N/A",
+        1, "GeForce GT 730", None, "Kepler", None, "consumer",
+        # Only the driver and the stack can be judged: both hold, so the run passes on them.
+        _v("skip", "skip", "skip", "skip", "skip", whole="skip", thermal="skip"), "pass",
     ),
     "quadro-p400-driver418.xml": Expected(
         "driver 418 (2019) reports no architecture: Pascal by PCI id",
@@ -235,9 +255,61 @@ EXPECTED = {
         _v("skip", "skip", "skip", "pass", "pass"), "pass", mode="bare metal",
     ),
     "rtx-4000-sff-ada.xml": Expected(
-        "Ada workstation card, ECC off, 2 processes, thresholds N/A",
+        "Ada workstation card, ECC off, 2 processes, thresholds as T.Limit margins",
         1, "NVIDIA RTX 4000 SFF Ada Generation", None, "Ada Lovelace", "8.9", "workstation",
-        _v("skip", "skip", "pass", "pass", "pass", thermal="skip"), "pass", mode="bare metal",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-4090-tlimit.xml": Expected(
+        "GeForce RTX 4090 whose temperature thresholds are T.Limit margins only; a gen4 card in a gen3 host, idle",
+        1, "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", "Ada Lovelace", "8.9", "consumer",
+        _v("skip", "skip", "pass", "pass", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-3060-laptop-x8.xml": Expected(
+        "laptop GeForce (not in the matrix) idle at gen1 x8: its board's lanes, not judged idle",
+        1, "NVIDIA GeForce RTX 3060 Laptop GPU", None, "Ampere", None, "consumer",
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "rtx-2080-windows-x8.xml": Expected(
+        "Windows desktop (WDDM, no persistence mode) with 26 desktop applications, idle at x8",
+        1, "NVIDIA GeForce RTX 2080", None, "Turing", "7.5", "consumer",
+        _v("skip", "skip", "skip", "skip", "pass"), "pass", mode="bare metal",
+    ),
+    "tesla-t4-windows-wddm.xml": Expected(
+        "T4 under Windows (WDDM, vApps licence) serving desktop sessions, idle",
+        1, "Tesla T4", "Tesla T4", "Turing", "7.5", "data-centre",
+        _v("pass", "pass", "pass", "skip", "pass"), "pass", mode="bare metal",  # Windows has no persistence mode
+    ),
+    "l4-x2-one-at-x1.xml": Expected(
+        "two L4 transcoding (ffmpeg, P0); the second trained at gen4 x1 of x16 under that load",
+        2, "NVIDIA L4", "NVIDIA L4", "Ada Lovelace", "8.9", "data-centre",
+        _v("pass", "pass", "pass", "fail", "pass"), "fail",
+        fails={
+            "pcie_link": "x1 of x16 at full generation with work on it: a slot, riser or lane-training fault",
+            "persistence": PERSISTENCE_OFF,
+        },
+        per_gpu_override={("pcie_link", 1): "fail"},
+        mode="bare metal",
+    ),
+    "gtx-1650-super-x8-p0.xml": Expected(
+        "GeForce GTX 1650 SUPER at gen3 x8 of x16 in P0: a narrow slot",
+        1, "GeForce GTX 1650 SUPER", None, "Turing", "7.5", "consumer",
+        _v("fail", "skip", "skip", "skip", "pass"), "fail",
+        fails={"pcie_link": "x8 of x16 in P0 at its full generation: no power-saving state, so the slot gives x8"},
+        mode="bare metal",
+    ),
+    # --- MIG and passthrough of other generations ------------------------------------------------------------
+    "a100-sxm4-40gb-mig-passthrough.xml": Expected(
+        "A100 40GB passed through with MIG on (2 instances); ECC judged on the lifetime count; persistence off",
+        1, "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", "data-centre",
+        # Row remapping is N/A in the guest; whole-GPU readings skip under MIG.
+        _v("pass", "pass", "skip", "fail", "skip", whole="skip"),
+        "fail", fails={"persistence": PERSISTENCE_OFF}, mode="MIG",
+    ),
+    "p100-passthrough-driver510.xml": Expected(
+        "P100 passed through on driver 510, persistence off",
+        1, "Tesla P100-PCIE-16GB", "Tesla P100-PCIE-16GB", "Pascal", "6.0", "data-centre",
+        _v("pass", "pass", "pass", "fail", "pass"), "fail", fails={"persistence": PERSISTENCE_OFF},
+        mode="passthrough",
     ),
 }  # fmt: skip
 
@@ -274,6 +346,10 @@ def test_every_capture_has_expectations():
     assert sorted(p.name for p in CAPTURES.glob("*.xml")) == sorted([*EXPECTED, *REFUSED])
     readme = (CAPTURES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in [*EXPECTED, *REFUSED])
+    # The schema generations the README says are held are those the captures name.
+    dtds = {m.group(1) for p in CAPTURES.glob("*.xml") if (m := re.search(r"nvsmi_device_v(\d+)\.dtd", p.read_text()))}
+    held = re.search(r"Schema generations held \(the DTD a capture names\): ([v\d, ]+)\.", " ".join(readme.split()))
+    assert held and sorted(held.group(1).replace("v", "").split(", "), key=int) == sorted(dtds, key=int)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -373,3 +449,32 @@ def test_a10g_without_pci_id_is_resolved_by_name():
     gpu = _fp("a10g-passthrough.xml").gpus[0]
     assert gpu.pci_device_id == "00de:0000" and gpu.matrix_name == "NVIDIA A10G"
     assert gpu.virtualization_mode == "Pass-Through" and not health.vgpu_slice(gpu)
+
+
+def test_mig_in_a_guest_is_judged_on_the_lifetime_ecc_count():
+    # With MIG on, the driver reports the since-load ECC counts per instance only (N/A for the GPU).
+    gpu = _fp("a100-sxm4-40gb-mig-passthrough.xml").gpus[0]
+    e = gpu.ecc_errors
+    assert (e.volatile_uncorrected, e.aggregate_uncorrected) == (None, 0)
+    assert health.ecc(gpu).message.endswith("ECC on, no uncorrectable errors in the board's life")
+
+
+def test_server_card_trained_x1_under_load_fails_naming_the_causes():
+    fp = _fp("l4-x2-one-at-x1.xml")
+    busy = fp.gpus[1]
+    assert (busy.performance_state, busy.compute_processes, str(busy.pcie)) == ("P0", 1, "gen4/4 x1/16")
+    check = health.pcie_link(busy, None, source=health.reporter(fp))
+    assert check.status == "fail" and "width x1 of x16" in check.message and "failed to train" in check.message
+    assert health.pcie_link(fp.gpus[0]).status == "pass"
+
+
+def test_a_compute_capability_3_0_kepler_is_told_its_own_newest_stack():
+    # The GRID K520's GK104 is compute capability 3.0, which CUDA 11.0 dropped: its last CUDA is 10.2.
+    for name in ("grid-k520-kepler-driver352.xml", "grid-k520-inline-dtd.xml"):
+        check = health.stack_supports_gpus(_fp(name))
+        assert check.status == "fail"
+        assert (
+            "GRID K520 (PCI id 10de:118a, Kepler): driver 352.99 predates every branch the matrix lists"
+            in check.message
+        )
+        assert "the newest stack for this GPU is driver R470 (470.256.02), CUDA 10.2, no PyTorch" in check.message

@@ -185,6 +185,11 @@ def test_partly_reported_values_skip(fp):
     ecc_no_count = dataclasses.replace(gpu, ecc_errors=EccErrors())
     check = health.ecc(ecc_no_count, source=src)
     assert check.status == "skip" and "ECC on, but the uncorrectable error count is not reported by" in check.message
+    # With MIG on the driver keeps the since-load counts per instance: the lifetime count still clears the board.
+    clean_life = dataclasses.replace(gpu, ecc_errors=EccErrors(aggregate_uncorrected=0))
+    assert health.ecc(clean_life).message.endswith("ECC on, no uncorrectable errors in the board's life")
+    past = health.ecc(dataclasses.replace(gpu, ecc_errors=EccErrors(aggregate_uncorrected=3)), source=src)
+    assert past.status == "skip" and past.message.endswith("(the board's lifetime count is 3)")
     # Rows reported but the pending flag N/A, and no page-retirement data: not a clean bill.
     rows_partial = dataclasses.replace(
         gpu, retirement=MemoryRetirement(remapped_correctable=0, remapped_uncorrectable=0, remap_failure=False)

@@ -292,7 +292,7 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
         # A driver older than every branch the matrix lists runs no CUDA or framework build in use today.
         for gpu in {g.name: g for g in fp.gpus}.values():
             arch = gpu.architecture
-            newest = f"; the newest stack for this GPU is {_newest(arch)}" if arch else ""
+            newest = f"; the newest stack for this GPU is {_newest(arch, _own_cc(gpu))}" if arch else ""
             stacks[gpu.name] = {"driver": sw.driver_version, "architecture": arch}
             issues.append(
                 f"{_named(gpu)}: driver {sw.driver_version} predates every branch the matrix lists ({oldest} and "
@@ -324,8 +324,14 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
     if not stacks:
         return _skip(name, "cannot judge architecture support: " + "; ".join(not_judged), **ev)
     judged = ", ".join(f"{k} {v}" for k, v in components.items())
-    legacy = sorted({g.architecture for g in fp.gpus if g.architecture and not _current_arch(g.architecture)})
-    aged = "".join(f"; {a} is a legacy architecture: the newest stack for it is {_newest(a)}" for a in legacy)
+    legacy = sorted(
+        {(g.architecture, _own_cc(g)) for g in fp.gpus if g.architecture and not _current_arch(g.architecture)}, key=str
+    )
+    aged = "".join(
+        f"; {a}{f' (compute capability {cc})' if cc else ''} is a legacy architecture: the newest stack for it is "
+        f"{_newest(a, cc)}"
+        for a, cc in legacy
+    )
     return _ok(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}{aged}", **ev)
 
 
@@ -335,13 +341,20 @@ def _predates_matrix(driver: str) -> str | None:
     return oldest.branch if int(_version_tuple(driver)[0]) < oldest.number else None
 
 
-def _newest(architecture: str) -> str:
+def _newest(architecture: str, compute_capability: str | None = None) -> str:
     from gpulab.compat.legacy import newest_stack
 
     try:
-        return newest_stack(architecture).text()
+        return newest_stack(architecture, compute_capability).text()
     except GpulabError as err:
         return f"unknown ({err})"
+
+
+def _own_cc(gpu: GpuInfo) -> str | None:
+    """The GPU's compute capability: the matrix's, else its chip's by PCI id (a GK104 Kepler is 3.0)."""
+    from gpulab.compat.legacy import compute_capability_for_pci_id
+
+    return gpu.compute_capability or compute_capability_for_pci_id(gpu.pci_device_id)
 
 
 def _current_arch(architecture: str) -> bool:
@@ -378,7 +391,7 @@ def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[s
             if not compat.driver_supports_arch(driver, arch):
                 problems.append(
                     f"{_named(gpu)}: driver {driver} ({compat.driver_branch(driver)}) does not support {arch}; "
-                    f"the newest stack for this GPU is {_newest(arch)}. Fix: install that driver branch"
+                    f"the newest stack for this GPU is {_newest(arch, _own_cc(gpu))}. Fix: install that driver branch"
                 )
         if cuda and cc:
             judged.update(cuda=cuda, compute_capability=cc)
@@ -448,8 +461,8 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
     if narrow and link.width_current == 1:
         causes.append(
             f"width x1 of x{link.width_max}: the card sits on an x1 riser (the USB-cable kind mining rigs use) or "
-            f"in an x1 slot, so host transfers get 1/{link.width_max} of the lanes; seat it in a full-width slot "
-            "or on a full-width riser"
+            f"in an x1 slot, or its other lanes failed to train, so host transfers get 1/{link.width_max} of the "
+            "lanes; seat it in a full-width slot or on a full-width riser, and reseat it if it trains x1 there"
         )
     elif narrow:
         causes.append(
@@ -573,9 +586,14 @@ def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
             "the GPU, reset it, and run the vendor's field diagnostics; replace it if they recur",
             **ev,
         )
+    if e.volatile_uncorrected is None and e.aggregate_uncorrected == 0:
+        # The board's lifetime count holds every error since the driver loaded too (with MIG on, the driver
+        # reports the since-load counts per instance only).
+        return _ok(name, f"{gpu_label(gpu)}: ECC on, no uncorrectable errors in the board's life", **ev)
     if e.volatile_uncorrected is None:
+        life = "" if e.aggregate_uncorrected is None else f" (the board's lifetime count is {e.aggregate_uncorrected})"
         return _skip(
-            name, f"{gpu_label(gpu)}: ECC on, but the uncorrectable error count is not reported by {source}", **ev
+            name, f"{gpu_label(gpu)}: ECC on, but the uncorrectable error count is not reported by {source}{life}", **ev
         )
     return _ok(name, f"{gpu_label(gpu)}: ECC on, no uncorrectable errors", **ev)
 

@@ -35,6 +35,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.model import GpuInfo
+from gpulab.hw.smi_xml import process_type
 from gpulab.report.model import Check
 
 CHECK_FREE = "occupancy.gpus_free"
@@ -279,7 +280,7 @@ def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
         if pid is None:
             continue
         name = _text(info, "process_name")
-        kinds = _KINDS.get((_text(info, "type") or "C").upper(), ("compute",))
+        kinds = _KINDS.get(process_type(node, info), ("compute",))
         processes.append(Process(pid, Path(name).name if name else "(unnamed)", _int(info, "used_memory"), kinds))
     return GpuLook(
         index=gpu.index,

@@ -1,5 +1,5 @@
 """GPUs the matrix does not list by model: their architecture from the PCI device id, and the newest stack
-(driver branch, CUDA, PyTorch) that still supports that architecture, computed from matrix.yml.
+(driver branch, CUDA, PyTorch, TensorFlow) that still supports that architecture, computed from matrix.yml.
 
 The PCI id ranges follow NVIDIA's chip numbering as listed in pci.ids (https://pci-ids.ucw.cz/read/PC/10de):
 each GPU generation's chips take consecutive device-id blocks. A range is a chip family's block, so an id in
@@ -14,38 +14,49 @@ from gpulab.compat import versions
 from gpulab.compat.data import CudaRelease, load_matrix
 from gpulab.compat.rules import normalize_arch
 
-# (first id, last id, architecture), device ids of vendor 10de, first match wins; from pci.ids chip names
-# (GF1xx Fermi, GK1xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx Turing, GA1xx Ampere,
-# GH100 Hopper, AD1xx Ada, GB1xx/GB2xx Blackwell).
-_PCI_RANGES: tuple[tuple[int, int, str], ...] = (
-    (0x06C0, 0x06DF, "Fermi"),  # GF100
-    (0x0DC0, 0x0DFF, "Fermi"),  # GF106, GF108
-    (0x0E20, 0x0E3F, "Fermi"),  # GF104
-    (0x0FC0, 0x0FFF, "Kepler"),  # GK107
-    (0x1000, 0x103F, "Kepler"),  # GK110, GK110B (Tesla K20/K40)
-    (0x1040, 0x107F, "Fermi"),  # GF119
-    (0x1080, 0x109F, "Fermi"),  # GF110 (Tesla M2090, GTX 580)
-    (0x10C0, 0x10DF, "Fermi"),  # GT218 era ids reused by GF1xx mobile parts
-    (0x1100, 0x113F, "Kepler"),  # GK208
-    (0x1180, 0x11FF, "Kepler"),  # GK104, GK106
-    (0x1200, 0x127F, "Fermi"),  # GF114, GF116
-    (0x1280, 0x12BF, "Kepler"),  # GK208
-    (0x1340, 0x13BF, "Maxwell"),  # GM108, GM107 (Tesla M10)
-    (0x13C0, 0x13FF, "Maxwell"),  # GM204
-    (0x1400, 0x143F, "Maxwell"),  # GM206
-    (0x15F0, 0x15FF, "Pascal"),  # GP100
-    (0x1600, 0x167F, "Maxwell"),  # GM20x mobile
-    (0x1700, 0x17FF, "Maxwell"),  # GM200
-    (0x1B00, 0x1D7F, "Pascal"),  # GP102, GP104, GP106, GP107, GP108
-    (0x1D80, 0x1DFF, "Volta"),  # GV100
-    (0x1E00, 0x1FFF, "Turing"),  # TU102, TU104, TU106, TU117
-    (0x2080, 0x20FF, "Ampere"),  # GA100
-    (0x2100, 0x21FF, "Turing"),  # TU116
-    (0x2300, 0x234F, "Hopper"),  # GH100: inside the GA10x block below, so listed before it (first match wins)
-    (0x2200, 0x25FF, "Ampere"),  # GA102, GA103, GA104, GA106, GA107
-    (0x2600, 0x28FF, "Ada"),  # AD102, AD103, AD104, AD106, AD107
-    (0x2900, 0x29FF, "Blackwell"),  # GB100, GB102
-    (0x2B00, 0x2FFF, "Blackwell"),  # GB20x
+# (first id, last id, architecture, compute capability), device ids of vendor 10de, first match wins; from
+# pci.ids chip names (GF1xx Fermi, GK1xx/GK2xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx
+# Turing, GA1xx Ampere, GH100 Hopper, AD1xx Ada, GB1xx/GB2xx Blackwell) and each chip's compute capability (CUDA
+# programming guide, "Compute Capabilities"; None where no CUDA release names the chip yet).
+# tests/test_compat_legacy.py holds every GPU pci.ids names by its chip against these. Ids of pre-Fermi chips
+# (G8x/G9x/GT2xx, e.g. GT218 at 0x10C0) are in no range.
+_PCI_RANGES: tuple[tuple[int, int, str, str | None], ...] = (
+    (0x06C0, 0x06DF, "Fermi", "2.0"),  # GF100
+    (0x0DC0, 0x0DFF, "Fermi", "2.1"),  # GF106, GF108
+    (0x0E20, 0x0E3F, "Fermi", "2.1"),  # GF104
+    (0x0F00, 0x0F3F, "Fermi", "2.1"),  # GF108 (GeForce GT 610/620/630/730)
+    (0x0FC0, 0x0FFF, "Kepler", "3.0"),  # GK107
+    (0x102D, 0x102D, "Kepler", "3.7"),  # GK210 (Tesla K80), inside the GK110 block below
+    (0x1000, 0x103F, "Kepler", "3.5"),  # GK110, GK110B, GK180 (Tesla K20/K40)
+    (0x1040, 0x107F, "Fermi", "2.1"),  # GF119
+    (0x1080, 0x109F, "Fermi", "2.0"),  # GF110 (Tesla M2090, GTX 580)
+    (0x1140, 0x115F, "Fermi", "2.1"),  # GF117M
+    (0x1180, 0x11FF, "Kepler", "3.0"),  # GK104, GK106 (GRID K520, GTX 680)
+    (0x1200, 0x127F, "Fermi", "2.1"),  # GF114, GF116
+    (0x1280, 0x12BF, "Kepler", "3.5"),  # GK208
+    (0x1300, 0x133F, "Kepler", "3.5"),  # GK110 (0x130B)
+    (0x1340, 0x13BF, "Maxwell", "5.0"),  # GM108, GM107 (Tesla M10)
+    (0x13C0, 0x13FF, "Maxwell", "5.2"),  # GM204
+    (0x1400, 0x143F, "Maxwell", "5.2"),  # GM206
+    (0x15C0, 0x15FF, "Pascal", "6.0"),  # GP100
+    (0x1600, 0x167F, "Maxwell", "5.2"),  # GM204 mobile
+    (0x1720, 0x172F, "Pascal", "6.0"),  # GP100: inside the Maxwell block below, so listed before it
+    (0x1700, 0x17BF, "Maxwell", "5.0"),  # GM107, GM108
+    (0x17C0, 0x17FF, "Maxwell", "5.2"),  # GM200 (Tesla M40)
+    (0x1B00, 0x1D7F, "Pascal", "6.1"),  # GP102, GP104, GP106, GP107, GP108
+    (0x1D80, 0x1DFF, "Volta", "7.0"),  # GV100
+    (0x1E00, 0x1FFF, "Turing", "7.5"),  # TU102, TU104, TU106, TU117
+    (0x2080, 0x20FF, "Ampere", "8.0"),  # GA100
+    (0x2100, 0x21FF, "Turing", "7.5"),  # TU116
+    (0x2300, 0x23FF, "Hopper", "9.0"),  # GH100 (H100, H200, GH200): inside the GA10x block below, so listed first
+    (0x2200, 0x25FF, "Ampere", "8.6"),  # GA102, GA103, GA104, GA106, GA107
+    (0x2600, 0x28FF, "Ada", "8.9"),  # AD102, AD103, AD104, AD106, AD107
+    (0x2900, 0x29FF, "Blackwell", "10.0"),  # GB100, GB102 (B100, B200, GB200)
+    (0x2B00, 0x2B00, "Blackwell", "11.0"),  # GB10B (Jetson Thor)
+    (0x2E00, 0x2E3F, "Blackwell", "12.1"),  # GB20B (GB10, DGX Spark)
+    (0x2B00, 0x2FFF, "Blackwell", "12.0"),  # GB202, GB203, GB205, GB206, GB207 (GeForce RTX 50, RTX PRO)
+    (0x3180, 0x31FF, "Blackwell", "10.3"),  # GB110 (B300, GB300)
+    (0x3200, 0x33FF, "Blackwell", None),  # GB112, GB120
 )
 
 # The compute capability a stack must serve for each architecture: the one most of its compute boards have
@@ -68,15 +79,26 @@ ARCH_CC = {
 _LAST_CUDA_BEFORE_MATRIX = {"Fermi": "8.0"}
 
 
-def architecture_for_pci_id(pci_id: str | None) -> str | None:
-    """ "10de:1091" -> "Fermi"; None for another vendor, a malformed id or one in no known range."""
+def _range_for_pci_id(pci_id: str | None) -> tuple[int, int, str, str | None] | None:
     if not pci_id or not pci_id.lower().startswith("10de:"):
         return None
     try:
         device = int(pci_id.split(":")[1], 16)
     except (IndexError, ValueError):
         return None
-    return next((arch for lo, hi, arch in _PCI_RANGES if lo <= device <= hi), None)
+    return next((r for r in _PCI_RANGES if r[0] <= device <= r[1]), None)
+
+
+def architecture_for_pci_id(pci_id: str | None) -> str | None:
+    """ "10de:1091" -> "Fermi"; None for another vendor, a malformed id or one in no known range."""
+    found = _range_for_pci_id(pci_id)
+    return found[2] if found else None
+
+
+def compute_capability_for_pci_id(pci_id: str | None) -> str | None:
+    """ "10de:118a" (GK104) -> "3.0"; None where the id or its chip's compute capability is unknown."""
+    found = _range_for_pci_id(pci_id)
+    return found[3] if found else None
 
 
 @dataclass(frozen=True)
@@ -86,21 +108,34 @@ class NewestStack:
     driver: str
     cuda: str | None
     torch: str | None
+    tensorflow: str | None
     current: bool  # the newest driver branch still supports the architecture
 
     def text(self) -> str:
-        torch = f"PyTorch {self.torch}" if self.torch else "no PyTorch release the matrix lists (1.13 and later)"
+        matrix = load_matrix()
+        torch = (
+            f"PyTorch {self.torch}"
+            if self.torch
+            else f"no PyTorch release the matrix lists ({matrix.torch[0].version} and later)"
+        )
+        tf = (
+            f"TensorFlow {self.tensorflow}"
+            if self.tensorflow
+            else f"no TensorFlow release the matrix lists ({matrix.tensorflow[0].version} and later)"
+        )
         cuda = f"CUDA {self.cuda}" if self.cuda else "no CUDA"
-        return f"driver {self.driver_branch} ({self.driver}), {cuda}, {torch}"
+        return f"driver {self.driver_branch} ({self.driver}), {cuda}, {torch}, {tf}"
 
 
-def newest_stack(architecture: str) -> NewestStack:
-    """The newest driver branch, CUDA and PyTorch that support `architecture`, from matrix.yml."""
+def newest_stack(architecture: str, compute_capability: str | None = None) -> NewestStack:
+    """The newest driver branch, CUDA, PyTorch and TensorFlow that support `architecture`, from matrix.yml;
+    for a GPU of known `compute_capability` (a Kepler GK104 is 3.0, not the architecture's 3.5) by that."""
     arch = normalize_arch(architecture)
     matrix = load_matrix()
     branches = [b for b in matrix.drivers if arch in b.architectures]
     last = max(branches, key=lambda b: b.number)
-    cc = versions.key(ARCH_CC[arch])
+    own_cc = compute_capability or ARCH_CC[arch]
+    cc = versions.key(own_cc)
 
     def served(rel: CudaRelease) -> bool:
         """A CUDA release with kernels for the architecture that the last branch runs, natively or through
@@ -115,8 +150,8 @@ def newest_stack(architecture: str) -> NewestStack:
 
     cudas = [c for c in matrix.cuda if served(c)]
     cuda = max((c.version for c in cudas), key=versions.key, default=_LAST_CUDA_BEFORE_MATRIX.get(arch))
-    major, minor = ARCH_CC[arch].split(".")
-    torch = None
+    major, minor = own_cc.split(".")
+    torch = tf = None
     if cuda is not None:
         runs = [
             r.version
@@ -126,5 +161,12 @@ def newest_stack(architecture: str) -> NewestStack:
             and any(a.split(".")[0] == major and int(a.split(".")[1]) <= int(minor) for a in b.arches)
         ]
         torch = max(runs, key=versions.key, default=None)
+        # A TensorFlow release runs where its tested CUDA does and its wheels carry kernels for the GPU.
+        tfs = [
+            t.version
+            for t in matrix.tensorflow
+            if versions.key(t.cuda) <= versions.key(cuda) and versions.key(t.cc_min) <= cc
+        ]
+        tf = max(tfs, key=versions.key, default=None)
     newest = max(b.number for b in matrix.drivers)
-    return NewestStack(arch, last.branch, last.recommended, cuda, torch, current=last.number == newest)
+    return NewestStack(arch, last.branch, last.recommended, cuda, torch, tf, current=last.number == newest)

@@ -105,6 +105,25 @@ def _sum(node: ET.Element | None, paths: tuple[str, ...]) -> int | None:
     return sum(values) if values else None
 
 
+def _threshold(gpu: ET.Element, which: str) -> float | None:
+    """The temperature at which the GPU slows down ("slow") or shuts down ("max"), in C.
+
+    Ada and Blackwell boards on R535 and later drivers (captures/rtx-4090-tlimit.xml) give no absolute
+    thresholds but margins to their T.Limit: <gpu_temp_tlimit> is how far below it the GPU runs now,
+    <gpu_temp_slow_tlimit_threshold> (-2 C) and <gpu_temp_max_tlimit_threshold> (-7 C) how far beyond it each
+    action starts. The absolute threshold is the temperature plus the margin left, less the action's margin.
+    """
+    absolute = _num(gpu, f"temperature/gpu_temp_{which}_threshold")
+    if absolute is not None:
+        return absolute
+    temp = _num(gpu, "temperature/gpu_temp")
+    margin = _num(gpu, "temperature/gpu_temp_tlimit")
+    beyond = _num(gpu, f"temperature/gpu_temp_{which}_tlimit_threshold")
+    if temp is None or margin is None or beyond is None:
+        return None
+    return temp + margin - beyond
+
+
 def _ecc(gpu: ET.Element) -> EccErrors:
     errors = gpu.find("ecc_errors")
     out = EccErrors()
@@ -201,6 +220,19 @@ def _mig_devices(gpu: ET.Element) -> list[MigDevice]:
     return out
 
 
+def process_type(gpu: ET.Element, info: ET.Element) -> str:
+    """A listed process's type: C (compute), G (graphics), C+G, M or M+C (MPS); C where the schema gives none
+    (drivers before ~R384 list compute processes only).
+
+    Under Windows' WDDM driver model every program that draws through DirectX is listed C+G (the desktop shell,
+    browsers, chat clients) while a CUDA program is listed C: there C+G is read as G, a graphics client.
+    """
+    kind = (_text(info, "type") or "C").upper()
+    if kind == "C+G" and (_text(gpu, "driver_model/current_dm") or "").upper() == "WDDM":
+        return "G"
+    return kind
+
+
 def _compute_processes(gpu: ET.Element) -> int | None:
     """Running compute processes (type C or C+G; a display server's G alone keeps no GPU busy); None when the
     capture has no <processes> block or says N/A (MIG, vGPU)."""
@@ -211,7 +243,7 @@ def _compute_processes(gpu: ET.Element) -> int | None:
         return None
     found = node.findall("process_info")
     if found:
-        return sum(1 for p in found if "C" in (_text(p, "type") or "C"))
+        return sum(1 for p in found if "C" in process_type(gpu, p))
     text = (node.text or "").strip()
     return None if text and text in _UNKNOWN else 0  # an empty block means none run
 
@@ -282,8 +314,8 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         power_limit_w=limit,
         default_power_limit_w=_num(power, "default_power_limit"),
         min_power_limit_w=_num(power, "min_power_limit"),
-        temp_slowdown_c=_num(gpu, "temperature/gpu_temp_slow_threshold"),
-        temp_shutdown_c=_num(gpu, "temperature/gpu_temp_max_threshold"),
+        temp_slowdown_c=_threshold(gpu, "slow"),
+        temp_shutdown_c=_threshold(gpu, "max"),
         pcie_replays=_int(pci, "replay_counter"),
         pcie_replay_rollovers=_int(pci, "replay_rollover_counter"),
         product_brand=_text(gpu, "product_brand"),
