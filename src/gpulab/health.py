@@ -48,6 +48,12 @@ def _skip(name: str, message: str, **evidence: object) -> Check:
     return Check(name=name, status="skip", message=message, evidence=dict(evidence))
 
 
+def _elsewhere(name: str, gpu: GpuInfo, message: str, **evidence: object) -> Check:
+    """A skip because this check does not apply to how the GPU is presented (a vGPU slice, MIG): it is judged
+    elsewhere, which a verdict must tell apart from a value nobody could read."""
+    return _skip(name, message, **evidence, judged_elsewhere=mode(gpu))
+
+
 def gpu_label(gpu: GpuInfo) -> str:
     return f"GPU {gpu.index} ({gpu.name}, {gpu.bus_id})"
 
@@ -131,7 +137,7 @@ def whole_gpu(gpu: GpuInfo, src: str = LIVE_SOURCE) -> Check:
     }
     notice = whole_gpu_notice(gpu)
     if notice is not None:
-        return _skip(name, notice, **ev)
+        return _elsewhere(name, gpu, notice, **ev)
     if gpu.mig_enabled is None and gpu.virtualization_mode is None:
         return _skip(name, f"{gpu_label(gpu)}: MIG and virtualization mode not reported by {src}", **ev)
     return _ok(name, f"{gpu_label(gpu)}: a whole GPU ({mode(gpu) or 'no MIG, not a vGPU slice'})", **ev)
@@ -428,8 +434,9 @@ def pcie_link(gpu: GpuInfo, under_load: PcieLink | None = None, source: str = LI
         "performance_state": gpu.performance_state,
     }
     if vgpu_slice(gpu):
-        return _skip(
+        return _elsewhere(
             name,
+            gpu,
             f"{gpu_label(gpu)}: a vGPU guest sees a virtual PCIe link, not the board's: judge it on the host",
             **ev,
         )
@@ -495,7 +502,9 @@ def pcie_replays(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     count, rolled = gpu.pcie_replays, gpu.pcie_replay_rollovers
     ev = {"replays": count, "rollovers": rolled, "bound": REPLAY_BOUND, "bound_source": "gpulab (see health.py)"}
     if vgpu_slice(gpu):
-        return _skip(name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's PCIe counters: judge on the host")
+        return _elsewhere(
+            name, gpu, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's PCIe counters: judge on the host"
+        )
     if count is None:
         return _skip(name, f"{gpu_label(gpu)}: PCIe replay counter not reported by {source}", **ev)
     if (rolled or 0) > 0 or count >= REPLAY_SATURATED or count > REPLAY_BOUND:
@@ -517,7 +526,9 @@ def thermal(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     temp, slow, stop = gpu.temperature_c, gpu.temp_slowdown_c, gpu.temp_shutdown_c
     ev = {"temperature_c": temp, "slowdown_c": slow, "shutdown_c": stop}
     if vgpu_slice(gpu):
-        return _skip(name, f"{gpu_label(gpu)}: a vGPU guest reads no board temperature: judge it on the host", **ev)
+        return _elsewhere(
+            name, gpu, f"{gpu_label(gpu)}: a vGPU guest reads no board temperature: judge it on the host", **ev
+        )
     if temp is None:
         return _skip(name, f"{gpu_label(gpu)}: temperature not reported by {source}", **ev)
     # Some boards report thresholds relative to the limit (-5 C): only an absolute threshold above 0 is one.
@@ -558,8 +569,8 @@ def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     cls = product_class(gpu)
     ev = {"enabled": gpu.ecc_enabled, "product_class": cls, **vars(e)}
     if vgpu_slice(gpu):
-        return _skip(
-            name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's ECC mode: judge it on the host", **ev
+        return _elsewhere(
+            name, gpu, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's ECC mode: judge it on the host", **ev
         )
     if gpu.ecc_enabled is None:
         why = "a consumer card has no ECC" if cls == "consumer" else "N/A where a GPU has no ECC"
@@ -603,8 +614,11 @@ def memory_retirement(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     r = gpu.retirement
     ev = dict(vars(r))
     if vgpu_slice(gpu):
-        return _skip(
-            name, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's retired memory: judge it on the host", **ev
+        return _elsewhere(
+            name,
+            gpu,
+            f"{gpu_label(gpu)}: a vGPU guest cannot see the board's retired memory: judge it on the host",
+            **ev,
         )
     if r.remap_failure:
         return _fail(name, f"{gpu_label(gpu)}: row remapping failed: the GPU has run out of spare rows; RMA it", **ev)
@@ -672,7 +686,7 @@ def idle_throttle(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
         return _skip(name, f"{gpu_label(gpu)}: clock throttle reasons not reported by {source}", **ev)
     notice = whole_gpu_notice(gpu)
     if notice is not None:
-        return _skip(name, notice, **ev)
+        return _elsewhere(name, gpu, notice, **ev)
     bad = sorted(set(gpu.throttle_reasons) - BENIGN_IDLE_REASONS)
     if not bad:
         return _ok(name, f"{gpu_label(gpu)}: no clock throttling at idle", **ev)

@@ -302,12 +302,31 @@ def _defining(report: Report) -> list[Check]:
     return [c for c in report.checks if c.name.split("[")[0] in DEFINING_CHECKS]
 
 
+# A zero replay counter is also what a board that reports little says: alone it judges nothing of the board.
+NOT_OF_THE_BOARD_STATE = ("health.pcie_replays",)
+
+
+def _per_gpu_health(report: Report) -> list[Check]:
+    return [
+        c
+        for c in report.checks
+        if c.name.startswith("health.") and "[" in c.name and c.name.split("[")[0] not in NOT_OF_THE_BOARD_STATE
+    ]
+
+
 def unjudged(report: Report) -> list[Check]:
-    """The defining checks when every one of them skipped (nothing read to judge by); [] when any judged."""
+    """What could not judge anything, when that makes the run prove nothing: the defining checks when every one of
+    them skipped, or every GPU's own health checks (but the replay counter) when all of them skipped for want of a
+    value (the driver and stack checks passing say nothing of the boards). Skips of checks judged elsewhere (a vGPU
+    slice's board is the host's, a MIG GPU's whole-GPU readings its instances') are no want of a value. [] when
+    something was judged."""
     defining = _defining(report)
-    if not defining or any(c.status != "skip" for c in defining):
-        return []
-    return defining
+    if defining and all(c.status == "skip" for c in defining):
+        return defining
+    boards = _per_gpu_health(report)
+    if boards and all(c.status == "skip" and not c.evidence.get("judged_elsewhere") for c in boards):
+        return boards
+    return []
 
 
 def inconclusive_text(report: Report) -> str:
