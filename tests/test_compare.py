@@ -12,6 +12,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.report import commands
 from gpulab.report.compare import compare, fingerprint_notes, parse_threshold
+from gpulab.report.compare_render import to_text
 from gpulab.report.io import write_report
 from gpulab.report.model import Result
 from report_builders import sample_report, scaled
@@ -118,7 +119,7 @@ def test_to_dict_and_text():
     d = json.loads(json.dumps(c.to_dict()))
     assert d["baseline"] == "a.json" and d["regression"] is True
     assert d["rows"][0]["ratios"]["b.json"] == pytest.approx(0.9)
-    text = c.to_text()
+    text = to_text(c)
     assert "a.json" in text and "-10.0 %" in text and "REGRESSION" in text
     assert text.splitlines()[0].startswith("verdict: REGRESSION")  # the verdict comes first
 

@@ -175,7 +175,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        sys.stdout.write(result.to_text())
+        sys.stdout.write(compare_render.to_text(result))
     for path, text in texts:
         print(f"wrote {atomic_write_text(path, text)}", file=sys.stderr if args.json else sys.stdout)
     return 1 if result.regressions else 0

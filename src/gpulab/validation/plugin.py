@@ -431,6 +431,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lab.messages.append(f"report views not written ({err}); render them with `gpulab report {path}`")
     if lab.options.baseline is not None and not interrupted:
         from gpulab.report.compare import compare, parse_threshold
+        from gpulab.report.compare_render import to_text
         from gpulab.report.io import load_report
 
         try:
@@ -443,7 +444,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             lab.messages.append(f"baseline comparison failed: {err}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
-            lab.messages.append(cmp.to_text())
+            lab.messages.append(to_text(cmp))
             if cmp.regressions:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if lab.options.record is not None:  # last: it holds the final exit status, regressions included
