@@ -25,7 +25,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.launch.progress import Tracker
 from gpulab.names import BATCH_POLICIES
-from gpulab.report.io import atomic_write_text
+from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.report.model import Result, TelemetrySummary
 from gpulab.workloads.base import RunConfig, Session
 
@@ -399,24 +399,6 @@ def timed_loop(
 
 
 # -- results -------------------------------------------------------------------------------------------------
-def jsonable(value: Any) -> Any:
-    """`value` made safe for the report: paths and other objects as strings, tuples as lists, NaN/inf as None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-        try:
-            return jsonable(value.item())
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    return str(value)
-
-
 def run_params(
     cfg: RunConfig,
     plan: BatchPlan,

@@ -32,7 +32,7 @@ TRUST = "pass --trust-pickles if you or someone you trust wrote this directory (
 
 def _cell(value: Any) -> Any:
     """A cell as JSON: NA/NaN/NaT as null, timestamps as text, numpy values as Python's."""
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
 
     try:
         import pandas as pd

@@ -23,9 +23,9 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
-from gpulab.launch.common import jsonable, write_json_atomic
+from gpulab.launch.common import write_json_atomic
 from gpulab.paths import read_input_text
-from gpulab.report.io import atomic_write_text
+from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.studies import cluster, ledger, packing
 from gpulab.studies.database import DATABASE, DATABASE_JSON, read_database, write_database
 from gpulab.studies.generated import with_generated_data

@@ -46,7 +46,7 @@ def _missing(value: Any) -> bool:
 
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
     from gpulab.studies.database import save_row
 
     started = time.time()
@@ -218,7 +218,8 @@ def gpu_footprint(torch: Any) -> dict[str, float]:
 
 
 def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
-    from gpulab.training.epochs import EpochSpec, train_epochs
+    from gpulab.training.epochs import EpochSpec
+    from gpulab.training.loop import train_epochs
 
     given = {k: pset[k] for k in EPOCH_KEYS if not _missing(pset.get(k))}
     if "weights" in given:
@@ -349,6 +350,6 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
 
     return jsonable(value)

@@ -247,3 +247,19 @@ class EpochTrainer:
             workers = getattr(loader, "_iterator", None)
             if workers is not None and hasattr(workers, "_shutdown_workers"):
                 workers._shutdown_workers()
+
+
+def train_epochs(
+    cfg: RunConfig,
+    device: str,
+    spec: EpochSpec,
+    *,
+    on_epoch: EpochListener | None = None,
+    wrapper: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """Train cfg.workload on `device` for spec.epochs epochs over cfg.data; returns the JSON-able record."""
+    trainer = EpochTrainer(cfg, device, spec, wrapper=wrapper)
+    try:
+        return trainer.run(on_epoch)
+    finally:
+        trainer.close()
