@@ -119,8 +119,8 @@ def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], repli
     """Epoch training with keras fit; the Result as the torch epoch launchers make it."""
     import tensorflow as tf
 
-    from gpulab.training.epochs import EpochSpec
     from gpulab.launch.epoch_runs import epoch_result
+    from gpulab.training.epochs import EpochSpec
     from gpulab.training.tf_epochs import train_epochs_tf
 
     cfg, mode, threads = message.run, message.mode, message.threads

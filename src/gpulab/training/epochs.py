@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import RunConfig
 
 if TYPE_CHECKING:
     from gpulab.training.recipes import Recipe
