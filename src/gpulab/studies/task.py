@@ -23,12 +23,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpulab import names
+from gpulab.studies.cluster import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
 from gpulab.workloads.stand_ins import stand_ins
 
-DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
-LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
-THREADS_ENV = "GPULAB_STUDY_THREADS"  # CPU threads of a CPU worker
 META = ("study", "workload", "framework", "size", "precision", "launcher", "gpus", "repeat", "seed", "data")
 CURVE_POINTS = 200  # a loss curve is kept at up to this many points
 RESULT = "result.json"
@@ -46,8 +44,8 @@ def _missing(value: Any) -> bool:
 
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
+    from gpulab.report.database import save_row
     from gpulab.report.io import jsonable
-    from gpulab.studies.database import save_row
 
     started = time.time()
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
