@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from gpulab.cli import report_baselines
 from gpulab.errors import GpulabError
 from gpulab.report import commands
 from gpulab.report.compare import compare, fingerprint_notes, parse_threshold
@@ -22,7 +23,7 @@ def run_cli(argv: list[str]) -> int:
     """Like gpulab.cli.main, with only this package's commands registered."""
     parser = argparse.ArgumentParser(prog="gpulab")
     sub = parser.add_subparsers(dest="command", required=True)
-    commands.add_commands(sub)
+    commands.add_commands(sub, report_baselines())
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.io import atomic_write_text
 from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
 from gpulab.studies import baselines, ledger
@@ -26,7 +27,6 @@ from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
 from gpulab.studies.task import outcome, study_relative
 from gpulab.workloads.stand_ins import stand_ins
-from gpulab.workloads.stand_ins import summary as stand_ins_summary
 
 EXTRA_CSS = """
 .prow{display:flex;gap:1rem;align-items:flex-start;margin:.4rem 0 1.2rem}

@@ -122,7 +122,7 @@ def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None)
     """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last), the
     pset's own channels_last winning where it sets one; None where the GPU has no plan."""
     from gpulab import compat
-    from gpulab.validation import precision_plan
+    from gpulab.workloads import precision_plan
 
     plan = precision_plan.for_gpu(compat.gpu_by_name(gpu_name), compute_capability, None)
     if plan is None:

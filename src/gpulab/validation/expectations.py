@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.report.model import Threshold
-from gpulab.validation.precision_plan import PrecisionPlan
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.precision_plan import PrecisionPlan
 
 # The plan of the newest GPUs: what the rows follow when there is no GPU to plan for.
 NEWEST = PrecisionPlan("Hopper", 9.0, None, None, "newest architecture")
@@ -91,7 +91,7 @@ def mirrored_floor(nvlink: bool) -> Threshold:
 
 def speedup_config(workload: str, size: str, framework: str = "torch", plan: PrecisionPlan | None = None) -> RunConfig:
     """How a workload runs on one GPU for the speedup rows: the precision and layout the GPU's plan chooses
-    (validation/precision_plan.py); without a GPU to plan for, the newest architecture's (bf16, TF32 for style
+    (workloads/precision_plan.py); without a GPU to plan for, the newest architecture's (bf16, TF32 for style
     transfer). TensorFlow is channels_last throughout, so the flag is for torch only.
     """
     choice = (plan or NEWEST).training(workload, framework)

@@ -131,7 +131,7 @@ def _options(config: pytest.Config) -> Options:
         if opts.topo_file is not None:
             input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
         if opts.precision_plan is not None:
-            from gpulab.validation.precision_plan import for_architecture
+            from gpulab.workloads.precision_plan import for_architecture
 
             for_architecture(opts.precision_plan)  # an unknown architecture is refused before the first test
         if opts.record is not None:

@@ -19,7 +19,7 @@ from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Check, Report, Result
 
 if TYPE_CHECKING:
-    from gpulab.validation.precision_plan import PrecisionPlan
+    from gpulab.workloads.precision_plan import PrecisionPlan
 
 
 @dataclass
@@ -150,7 +150,7 @@ class Lab:
     @property
     def precision_plan(self) -> PrecisionPlan | None:
         """The precisions the workload rows train in: forced to an architecture, else the first selected GPU's."""
-        from gpulab.validation import precision_plan
+        from gpulab.workloads import precision_plan
 
         if self.options.precision_plan:
             return precision_plan.for_architecture(self.options.precision_plan)

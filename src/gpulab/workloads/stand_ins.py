@@ -7,7 +7,7 @@ names them, so a loss, an accuracy or an image is never read as the real experim
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 # Workloads whose published setup starts from ImageNet weights: a random start stands in for them.
@@ -45,19 +45,3 @@ def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
         if any(isinstance(p, str) and p.startswith("generated:") for p in pictures):
             out.append("generated pictures for photos")
     return out
-
-
-def summary(rows: Iterable[tuple[str, Iterable[str]]], noun: str = "run") -> str | None:
-    """ "random VGG19 weights (style_transfer, 3 runs); …" over (workload, stand-ins) rows; None when none."""
-    counts: dict[str, dict[str, int]] = {}
-    for workload, items in rows:
-        for item in items:
-            counts.setdefault(item, {}).setdefault(workload, 0)
-            counts[item][workload] += 1
-    if not counts:
-        return None
-    parts = []
-    for item, per in counts.items():
-        runs = sum(per.values())
-        parts.append(f"{item} ({', '.join(per)}; {runs} {noun}{'s' if runs != 1 else ''})")
-    return "; ".join(parts)
