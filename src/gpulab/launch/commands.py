@@ -30,6 +30,7 @@ from gpulab.report.append import append_results
 from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.registry import REGISTRY
 
 
 def parse_params(items: list[str] | None) -> dict[str, Any]:
@@ -286,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     load = LoadWatch(f"gpulab run {launch.cfg.workload}")
 
     def show_epoch(record: dict[str, Any]) -> None:
-        metric = "mean AUC" if launch.cfg.workload == "chexnet" else "accuracy"
+        metric = REGISTRY[launch.cfg.workload].metric if launch.cfg.workload in REGISTRY else "accuracy"
         print(epoch_line(record, spec.epochs if spec else 0, metric), file=lines, flush=True)
 
     with (

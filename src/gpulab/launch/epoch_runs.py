@@ -129,7 +129,7 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
     from torch import nn
 
     from gpulab.launch.local import _sampling, dataparallel_on_gpu
-    from gpulab.training.recipes import recipe
+    from gpulab.workloads.recipes import recipe
 
     cfg, gpus = launch.cfg, launch.gpus
     on_gpu = dataparallel_on_gpu(gpus)

@@ -25,6 +25,7 @@ from typing import Any
 from gpulab import names
 from gpulab.studies.cluster import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
+from gpulab.workloads.registry import REGISTRY
 from gpulab.workloads.stand_ins import stand_ins
 
 META = ("study", "workload", "framework", "size", "precision", "launcher", "gpus", "repeat", "seed", "data")
@@ -146,7 +147,7 @@ def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
 
     precision, channels_last = _precision(pset, device)
     params = workload_params(pset)
-    if pset["workload"] == "style_transfer" and "output" not in params:
+    if REGISTRY[str(pset["workload"])].optimises_input and "output" not in params:
         params["output"] = str(run_dir / "output.png")
     fields = {k: pset[k] for k in ("batch", "steps", "num_workers") if not _missing(pset.get(k))}
     data = pset.get("data")

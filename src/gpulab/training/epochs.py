@@ -20,7 +20,7 @@ from gpulab import names
 from gpulab.errors import GpulabError
 
 if TYPE_CHECKING:
-    from gpulab.training.recipes import Recipe
+    from gpulab.workloads.recipes import Recipe
 
 EpochListener = Callable[[dict[str, Any]], None]
 _LISTENER: ContextVar[EpochListener | None] = ContextVar("gpulab_epoch_listener", default=None)

@@ -9,7 +9,6 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochListener, EpochSpec, current_listener, epoch_record
 from gpulab.training.metrics import accuracy, mean_auc
-from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     DeviceAugment,
@@ -20,6 +19,7 @@ from gpulab.workloads.common import (
     optimizer_lr,
     seed_everything,
 )
+from gpulab.workloads.recipes import Recipe, recipe
 
 
 def _loader(dataset: Any, sampler: Any, batch: int, batched: bool, cfg: RunConfig, device: str) -> Any:

@@ -9,18 +9,17 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochSpec, epoch_record
-from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import loader_workers
-
-TF_EPOCH_WORKLOADS = ("mnist", "resnet50")
+from gpulab.workloads.recipes import Recipe, recipe
+from gpulab.workloads.registry import REGISTRY
 
 
 def check_tf_epochs(cfg: RunConfig, spec: EpochSpec) -> None:
-    if cfg.workload not in TF_EPOCH_WORKLOADS:
+    trained = REGISTRY.names(tf_epochs=True)
+    if cfg.workload not in trained:
         raise GpulabError(
-            f"--framework tensorflow --epochs trains {' and '.join(TF_EPOCH_WORKLOADS)}, not {cfg.workload}; "
-            "use --framework torch"
+            f"--framework tensorflow --epochs trains {' and '.join(trained)}, not {cfg.workload}; use --framework torch"
         )
     if spec.weights is not None or spec.save_weights is not None:
         raise GpulabError("--weights and --save-weights are torch state_dicts: use them with --framework torch")

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Workloads whose published setup starts from ImageNet weights: a random start stands in for them.
-IMAGENET_START = {"style_transfer": "VGG19", "chexnet": "DenseNet121"}
-DATA_SETS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "chexnet": "ChestX-ray14", "resnet50": "ImageNet"}
+from gpulab.workloads.registry import REGISTRY
+
 GENERATED_FOLDER = "generated-data"  # gpulab.studies.generated.FOLDER
 
 
@@ -29,10 +28,13 @@ def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
     """The stand-ins of one run of `workload`, in words, from its recorded facts (weights, data, content, style,
     workload_params); empty when it ran on the real thing."""
     out: list[str] = []
-    if workload in IMAGENET_START and _random_start(workload, facts):
-        out.append(f"random {IMAGENET_START[workload]} weights")
-    if workload in DATA_SETS:
-        data, real = facts.get("data"), DATA_SETS[workload]
+    declared = REGISTRY.get(workload)
+    if declared is None:
+        return out
+    if declared.imagenet_start and _random_start(workload, facts):
+        out.append(f"random {declared.imagenet_start} weights")
+    if declared.data_set:
+        data, real = facts.get("data"), declared.data_set
         text = str(data) if data is not None else "synthetic"
         if text == "synthetic":
             out.append(f"synthetic tensors for {real}")
@@ -40,7 +42,7 @@ def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
             out.append(f"scikit-learn's 8×8 digits for {real}")
         elif GENERATED_FOLDER in text:
             out.append(f"generated images for {real}")
-    if workload == "style_transfer":
+    if declared.optimises_input:
         pictures = [facts.get("content"), *(facts.get("style") or [])]
         if any(isinstance(p, str) and p.startswith("generated:") for p in pictures):
             out.append("generated pictures for photos")

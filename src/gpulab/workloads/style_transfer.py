@@ -28,6 +28,7 @@ from gpulab import paths
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
+from gpulab.workloads.registry import Workload
 from gpulab.workloads.tv import import_torchvision
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
@@ -688,3 +689,16 @@ class StyleTransferSession(StyleSessionBase):
 
 def build(cfg: RunConfig, device: str) -> StyleTransferSession:
     return StyleTransferSession(cfg, device)
+
+
+WORKLOAD = Workload(
+    name="style_transfer",
+    sizes=SIZES,
+    torch="gpulab.workloads.style_transfer:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.style_transfer:build",
+    order=0,
+    optimises_input=True,
+    autocast=False,  # its Gram matrices and losses stay fp32: bf16 autocast would only add casts (TF32 instead)
+    imagenet_start="VGG19",
+)
