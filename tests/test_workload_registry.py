@@ -53,7 +53,7 @@ def test_every_declared_module_path_resolves():
 
 
 def test_an_unknown_workload_names_the_known_ones():
-    with pytest.raises(GpulabError, match="unknown workload 'nope'; choose one of: style_transfer, mnist"):
+    with pytest.raises(GpulabError, match="unknown workload 'nope'; choose one of style_transfer, mnist"):
         REGISTRY["nope"]
 
 

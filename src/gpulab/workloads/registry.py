@@ -111,7 +111,7 @@ class Registry(Mapping[str, Workload]):
     def __getitem__(self, name: str) -> Workload:
         found = self._all().get(name)
         if found is None:
-            raise GpulabError(f"unknown workload {name!r}; choose one of: {', '.join(self._all())}")
+            raise GpulabError(f"unknown workload {name!r}; choose one of {', '.join(self._all())}")
         return found
 
     def __contains__(self, name: object) -> bool:
