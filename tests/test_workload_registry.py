@@ -39,14 +39,15 @@ def _site(root: Path, entry: str = "mlp = toymlp:WORKLOAD") -> Path:
 def test_the_built_in_workloads_are_found_in_the_seeds_order():
     assert tuple(REGISTRY) == SEEDS
     assert REGISTRY.names(epochs=True) == ("mnist", "cifar10", "chexnet", "resnet50")
-    assert REGISTRY.names(tf_epochs=True) == ("mnist", "resnet50")
+    assert REGISTRY.names("tf_epochs") == ("mnist", "resnet50")
     assert REGISTRY.names(optimises_input=True) == ("style_transfer",)
     assert REGISTRY["chexnet"].metric == "mean AUC" and REGISTRY["mnist"].metric == "accuracy"
 
 
 def test_every_declared_module_path_resolves():
     for workload in REGISTRY.values():
-        for spec in (workload.torch, workload.tensorflow, workload.recipe, workload.generated_data):
+        specs = (workload.torch, workload.tensorflow, workload.recipe, workload.tf_epochs, workload.generated_data)
+        for spec in specs:
             if spec is not None:
                 module, _, attr = spec.partition(":")
                 assert module.startswith("gpulab.workloads.") and attr, spec

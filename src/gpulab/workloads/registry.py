@@ -39,7 +39,8 @@ class Workload:
     # Epoch training: the validation metric and the recipe (cfg, val_fraction) -> gpulab.workloads.recipes.Recipe.
     metric: str = "accuracy"
     recipe: str | None = None  # None: no epochs
-    tf_epochs: bool = False  # --framework tensorflow --epochs trains it too
+    # --framework tensorflow --epochs: (cfg, recipe) -> (keras model, its own optimiser's factory); None: torch only
+    tf_epochs: str | None = None
     # It optimises an input (an image), not a model over a data set: no epochs, no MirroredStrategy, its own
     # optimiser, and a study writes the input it produced into the run's folder.
     optimises_input: bool = False
@@ -126,9 +127,14 @@ class Registry(Mapping[str, Workload]):
     def __len__(self) -> int:
         return len(self._all())
 
-    def names(self, **asked: Any) -> tuple[str, ...]:
-        """The workloads whose fields have the values asked (`names(speedup=True)`), in order."""
-        return tuple(n for n, w in self._all().items() if all(getattr(w, k) == v for k, v in asked.items()))
+    def names(self, *having: str, **asked: Any) -> tuple[str, ...]:
+        """The workloads that have the fields named (`names("tf_epochs")`) and the values asked
+        (`names(speedup=True)`), in order."""
+        return tuple(
+            n
+            for n, w in self._all().items()
+            if all(getattr(w, k) for k in having) and all(getattr(w, k) == v for k, v in asked.items())
+        )
 
     def with_framework(self, framework: str) -> tuple[str, ...]:
         return tuple(n for n, w in self._all().items() if framework == "torch" or w.tensorflow is not None)
