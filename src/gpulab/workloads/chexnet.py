@@ -120,6 +120,7 @@ WORKLOAD = Workload(
     cpu_batch=8,  # one single-thread DenseNet121 step at the size's batch takes minutes
     data_set="ChestX-ray14",
     imagenet_start="DenseNet121",
+    start_param="pretrained",
     generated_data="gpulab.workloads.chexnet:generated_data",
 )
 

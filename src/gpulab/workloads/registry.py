@@ -50,6 +50,7 @@ class Workload:
     channels_last_gains: bool = True  # NHWC feeds tensor cores (a single small channel never gains)
     data_set: str | None = None  # the published data set its runs train on (what synthetic data stands in for)
     imagenet_start: str | None = None  # the network whose ImageNet weights the published setup starts from
+    start_param: str | None = None  # the parameter choosing those weights, where a run may record only it
     generated_data: str | None = None  # write(folder) -> None: a small stand-in data set for studies
 
     def builder(self, framework: str = "torch") -> Callable[..., Any]:

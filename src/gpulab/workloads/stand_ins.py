@@ -10,18 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpulab.workloads.registry import REGISTRY
+from gpulab.workloads.registry import REGISTRY, Workload
 
 GENERATED_FOLDER = "generated-data"  # gpulab.studies.generated.FOLDER
 
 
-def _random_start(workload: str, facts: Mapping[str, Any]) -> bool:
+def _random_start(declared: Workload, facts: Mapping[str, Any]) -> bool:
+    """Random weights where the run recorded them, else where its start parameter (recorded by older runs
+    instead) chose none."""
     weights = facts.get("weights")
     if isinstance(weights, str):
         return weights == "random"
+    if declared.start_param is None:
+        return False
     params = facts.get("workload_params")
-    chosen = (params if isinstance(params, Mapping) else facts).get("pretrained" if workload == "chexnet" else "")
-    return workload == "chexnet" and chosen in (None, "none")
+    chosen = (params if isinstance(params, Mapping) else facts).get(declared.start_param)
+    return chosen in (None, "none")
 
 
 def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
@@ -31,7 +35,7 @@ def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
     declared = REGISTRY.get(workload)
     if declared is None:
         return out
-    if declared.imagenet_start and _random_start(workload, facts):
+    if declared.imagenet_start and _random_start(declared, facts):
         out.append(f"random {declared.imagenet_start} weights")
     if declared.data_set:
         data, real = facts.get("data"), declared.data_set
