@@ -45,8 +45,8 @@ def test_the_built_in_workloads_are_found_in_the_seeds_order():
 
 
 def test_every_declared_module_path_resolves():
-    for workload in REGISTRY.values():
-        specs = (workload.torch, workload.tensorflow, workload.recipe, workload.tf_epochs, workload.generated_data)
+    for w in REGISTRY.values():
+        specs = (w.torch, w.tensorflow, w.recipe, w.tf_epochs, w.generated_data, w.references)
         for spec in specs:
             if spec is not None:
                 module, _, attr = spec.partition(":")

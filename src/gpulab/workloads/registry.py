@@ -52,6 +52,7 @@ class Workload:
     imagenet_start: str | None = None  # the network whose ImageNet weights the published setup starts from
     start_param: str | None = None  # the parameter choosing those weights, where a run may record only it
     generated_data: str | None = None  # write(folder) -> None: a small stand-in data set for studies
+    references: str | None = None  # (fixed, varied params) -> [(label, source, image)]: a study report's inputs
 
     def builder(self, framework: str = "torch") -> Callable[..., Any]:
         spec = self.torch if framework == "torch" else self.tensorflow

@@ -19,7 +19,7 @@ import math
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -691,6 +691,29 @@ def build(cfg: RunConfig, device: str) -> StyleTransferSession:
     return StyleTransferSession(cfg, device)
 
 
+def study_references(fixed: Mapping[str, Any], varied: Collection[str]) -> list[tuple[str, str, Any]]:
+    """(label, source, image array) of the content and style images a study's runs share: its fixed content and
+    style, else the defaults; none for a reference the study varies (its report shows them)."""
+    out = []
+    for kind in ("content", "style"):
+        if kind in varied:
+            continue
+        given = fixed.get(kind)
+        items = given if isinstance(given, list) else [given]
+        for item in items:
+            try:
+                if isinstance(item, str):
+                    path = input_file(kind, item, IMAGE_HINT)
+                    assert path is not None
+                    out.append((kind, path.name, _load_image(path, kind)))
+                else:
+                    array, source = default_image(kind)
+                    out.append((kind, source, array))
+            except GpulabError:
+                out.append((kind, f"{item} (unreadable)", None))
+    return out
+
+
 WORKLOAD = Workload(
     name="style_transfer",
     sizes=SIZES,
@@ -701,4 +724,5 @@ WORKLOAD = Workload(
     optimises_input=True,
     autocast=False,  # its Gram matrices and losses stay fp32: bf16 autocast would only add casts (TF32 instead)
     imagenet_start="VGG19",
+    references="gpulab.workloads.style_transfer:study_references",
 )
