@@ -351,7 +351,11 @@ def _seconds(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", metavar="WORKLOAD", help="a workload name (see gpulab.workloads.WORKLOADS)")
+    p.add_argument(
+        "workload",
+        metavar="WORKLOAD",
+        help="a workload name (gpulab.workloads.REGISTRY: the built-in ones and those packages declare)",
+    )
     p.add_argument(
         "--framework",
         choices=backends.available(),
