@@ -9,9 +9,11 @@ import json
 
 import pytest
 
+from gpulab.cli import report_baselines
 from gpulab.errors import GpulabError
 from gpulab.report import commands
 from gpulab.report.compare import compare, fingerprint_notes, parse_threshold
+from gpulab.report.compare_render import to_text
 from gpulab.report.io import write_report
 from gpulab.report.model import Result
 from report_builders import sample_report, scaled
@@ -21,7 +23,7 @@ def run_cli(argv: list[str]) -> int:
     """Like gpulab.cli.main, with only this package's commands registered."""
     parser = argparse.ArgumentParser(prog="gpulab")
     sub = parser.add_subparsers(dest="command", required=True)
-    commands.add_commands(sub)
+    commands.add_commands(sub, report_baselines())
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
@@ -118,7 +120,7 @@ def test_to_dict_and_text():
     d = json.loads(json.dumps(c.to_dict()))
     assert d["baseline"] == "a.json" and d["regression"] is True
     assert d["rows"][0]["ratios"]["b.json"] == pytest.approx(0.9)
-    text = c.to_text()
+    text = to_text(c)
     assert "a.json" in text and "-10.0 %" in text and "REGRESSION" in text
     assert text.splitlines()[0].startswith("verdict: REGRESSION")  # the verdict comes first
 

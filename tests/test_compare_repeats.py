@@ -13,6 +13,7 @@ import pytest
 from gpulab.cli import main
 from gpulab.report.append import append_results
 from gpulab.report.compare import compare
+from gpulab.report.compare_render import to_text
 from gpulab.report.io import load_report, write_report
 from gpulab.report.model import Report, Result
 from report_builders import sample_report
@@ -46,7 +47,7 @@ def test_a_second_measurement_at_half_speed_is_kept_and_compared_by_median():
     assert c.wide_spreads == [
         "resnet50/torch/gpu n=1 bf16: B has 2 measurements (3,100, 1,550 samples/s), 67 % apart; median 2,325 compared"
     ]
-    text = c.to_text(width=240)
+    text = to_text(c, width=240)
     assert "2,325 (median of 2: 1,550–3,100)" in text
     assert "regressions are judged on the median" in text
     assert "repeated measurements more than 5 % apart" in text
@@ -79,7 +80,7 @@ def test_repeats_in_the_baseline_compare_by_their_median():
 def test_close_repeats_are_not_listed_as_wide():
     c = compare([("A", sample_report()), ("B", _with_repeats(sample_report(), 0.98))], threshold_pct=5)
     assert c.wide_spreads == [] and c.regressions == []
-    assert "median of 2" in c.to_text(width=240)
+    assert "median of 2" in to_text(c, width=240)
 
 
 def test_cli_two_runs_appended_to_one_report(tmp_path, capsys):

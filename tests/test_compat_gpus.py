@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.compat.gpus import all_gpus, gpu_by_name, gpu_for, product_class
+from gpulab.compat.gpu_names import product_class
+from gpulab.compat.gpus import all_gpus, gpu_by_name, gpu_for
 
 # Driver-reported name -> (PCI id, architecture, compute capability, product class).
 ADDED = {

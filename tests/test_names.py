@@ -34,7 +34,7 @@ def test_precision_spec_fields_exist_on_the_gpu_spec():
 
 def test_precision_dtypes_are_torch_dtypes():
     torch = pytest.importorskip("torch")
-    from gpulab.probes.precision import dtype_for
+    from gpulab.workloads.torch_precision import dtype_for
 
     for p in names.PRECISIONS:
         assert isinstance(dtype_for(p), torch.dtype)

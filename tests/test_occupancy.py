@@ -304,7 +304,8 @@ def test_an_empty_cuda_visible_devices_hiding_every_gpu_fails(h200s):
 
 
 def test_cuda_visible_devices_leaving_fewer_than_expected_fails(h200s):
-    from gpulab.validation.session import select_gpus, visible_to_cuda
+    from gpulab.hw.cuda_visible import visible_to_cuda
+    from gpulab.validation.session import select_gpus
 
     env = "1,9,2"  # CUDA stops at the 9
     selected = select_gpus(visible_to_cuda(h200s, env), "all")

@@ -9,9 +9,9 @@ import pytest
 from gpulab import compat, names
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.validation import precision_plan
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, scaling_plans, speedup_config
 from gpulab.validation.session import Lab, Options
+from gpulab.workloads import precision_plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

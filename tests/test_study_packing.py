@@ -147,7 +147,7 @@ def test_the_tightest_gpu_decides_and_a_resume_reuses_the_sized_count():
 
 
 def _slot() -> cluster.Slot:
-    return cluster.Slot("gpu0", "gpu0 H100 GPU-x", {"CUDA_VISIBLE_DEVICES": "GPU-x", task.DEVICE_ENV: "cuda:0"})
+    return cluster.Slot("gpu0", "gpu0 H100 GPU-x", {"CUDA_VISIBLE_DEVICES": "GPU-x", cluster.DEVICE_ENV: "cuda:0"})
 
 
 def test_a_runs_footprint_counts_its_context_cache_and_peak():

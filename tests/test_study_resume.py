@@ -19,8 +19,8 @@ pd = pytest.importorskip("pandas")
 ps = pytest.importorskip("psweep")
 
 from gpulab.errors import GpulabError  # noqa: E402
+from gpulab.report.database import read_database, save_row, write_database  # noqa: E402
 from gpulab.studies import ledger  # noqa: E402
-from gpulab.studies.database import read_database, save_row, write_database  # noqa: E402
 from gpulab.studies.psets import parameter_sets  # noqa: E402
 from gpulab.studies.spec import study_from_dict  # noqa: E402
 

@@ -15,11 +15,12 @@ import pytest
 from capture_edits import P100_XML, all_na, with_versions, write
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
+from gpulab.hw.cuda_visible import visible_to_cuda
 from gpulab.hw.discover import fingerprint
 from gpulab.report import render
 from gpulab.report.io import load_report
 from gpulab.validation.plugin import EXIT_INCONCLUSIVE
-from gpulab.validation.session import select_gpus, visible_to_cuda
+from gpulab.validation.session import select_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "h200x4-firecracker"

@@ -15,7 +15,7 @@ import struct
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.workloads import WORKLOADS, RunConfig, build, default_sizes
+from gpulab.workloads import REGISTRY, RunConfig, build, default_sizes
 from gpulab.workloads import data as wdata
 
 torch = pytest.importorskip("torch")
@@ -56,7 +56,7 @@ def photos(tmp_path_factory):
 
 
 def test_registry():
-    assert list(WORKLOADS) == NAMES
+    assert list(REGISTRY) == NAMES
     sizes = default_sizes()
     assert sizes["style_transfer"]["full"] == (512, 1000) and sizes["resnet50"]["standard"] == (128, 100)
     assert all(list(table) == ["tiny", "quick", "standard", "full"] for table in sizes.values())

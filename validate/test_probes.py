@@ -6,7 +6,7 @@ from gpulab import names
 from gpulab.probes import judge, nccl_tests, torch_probes
 from gpulab.probes.allreduce import run_allreduce
 from gpulab.report.model import Check
-from gpulab.validation import precision_plan
+from gpulab.workloads import precision_plan
 
 torch = pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the probes")
 

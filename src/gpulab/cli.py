@@ -8,10 +8,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gpulab import __version__
 from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.paths import os_error_reason
+
+if TYPE_CHECKING:
+    from gpulab.report.commands import Baselines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
     from gpulab.studies import commands as study_commands
     from gpulab.vm import commands as vm_commands
 
-    for module in (hw_commands, compat_commands, report_commands, launch_commands, study_commands, vm_commands):
+    hw_commands.add_commands(sub)
+    compat_commands.add_commands(sub)
+    report_commands.add_commands(sub, report_baselines())
+    for module in (launch_commands, study_commands, vm_commands):
         module.add_commands(sub)
     return parser
+
+
+def report_baselines() -> Baselines:
+    """What `gpulab compare` may name as a baseline: a study's published figures (baseline:NAME) and a GPU
+    model's known-good rows (--known-good)."""
+    from gpulab.report.commands import Baselines
+    from gpulab.studies import baselines
+    from gpulab.validation import known_good
+
+    return Baselines(baselines.PREFIX, baselines.resolve, known_good.as_report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from gpulab import compat
+from gpulab.compat.gpu_names import product_class as derive_class
 from gpulab.compat.gpus import gpu_for
-from gpulab.compat.gpus import product_class as derive_class
 from gpulab.errors import GpulabError
 from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, PcieLink
 from gpulab.report.model import Check

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.hw import nvml
+from gpulab.hw import cuda_visible, nvml
 from gpulab.hw.model import GpuInfo
 from gpulab.hw.smi_xml import process_type
 from gpulab.report.model import Check
@@ -406,8 +406,6 @@ def gpus_selected(
     source: str = "NVML",
 ) -> Check:
     """The `gpus.selected` check: GPUs the driver shows, but the environment or --gpus leaves out of the run."""
-    from gpulab.validation.session import visible_to_cuda
-
     evidence: dict[str, Any] = {
         "seen": [g.index for g in seen],
         "selected": [g.index for g in selected],
@@ -418,7 +416,7 @@ def gpus_selected(
     if not seen:
         return Check(CHECK_SELECTED, "skip", f"{source} shows no GPU: nothing to select", evidence)
     # By uuid: the GPU records may come from two reads of NVML, whose clocks and temperatures differ.
-    visible = {g.uuid for g in visible_to_cuda(list(seen), env_value)}
+    visible = {g.uuid for g in cuda_visible.visible_to_cuda(list(seen), env_value)}
     chosen = {g.uuid for g in selected}
     hidden_by_env = [g for g in seen if g.uuid not in visible]
     left_out = [g for g in seen if g.uuid in visible and g.uuid not in chosen]

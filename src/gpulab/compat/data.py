@@ -11,17 +11,17 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from gpulab.compat import versions
+from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
 
 ARCHITECTURES = ("Fermi", "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
 # Who a board is built for; it decides which health findings are faults (ECC off is normal on GeForce).
-ProductClass = Literal["data-centre", "workstation", "consumer"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,6 @@ class GpuSpec:
 
     @property
     def product_class(self) -> ProductClass:
-        from gpulab.compat.gpus import product_class  # local import: gpus imports this module
-
         return product_class(self.name)
 
 
@@ -471,8 +469,6 @@ def _unique(items: tuple[Any, ...], attr: str, section: str) -> None:
 
 def _check_gpu_keys(gpus: tuple[GpuSpec, ...]) -> None:
     """Names, aliases and PCI ids must each identify one GPU, or lookups would be ambiguous."""
-    from gpulab.compat.gpus import name_key  # local import: gpus imports this module
-
     owner: dict[str, str] = {}
     for gpu in gpus:
         for key in {name_key(n) for n in (gpu.name, *gpu.aliases)} | set(gpu.pci_ids):

@@ -1,9 +1,11 @@
-"""CUDA_VISIBLE_DEVICES read one way: the entries it lists, and what they mean as NVML indices."""
+"""CUDA_VISIBLE_DEVICES read one way: the entries it lists, what they mean as NVML indices, the GPUs it leaves."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+
+from gpulab.hw.model import GpuInfo
 
 
 def entries(value: str | None = None, *, from_env: bool = True) -> list[str] | None:
@@ -25,3 +27,17 @@ def nvml_indices_by_number(ordinals: Sequence[int], value: str | None = None) ->
     if visible and all(v.isdigit() for v in visible) and max(ordinals, default=0) < len(visible):
         return [int(visible[k]) for k in ordinals]
     return None
+
+
+def visible_to_cuda(gpus: list[GpuInfo], env_value: str | None) -> list[GpuInfo]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value leaves visible (indices in PCI bus order, or UUIDs), in its order."""
+    listed = entries(env_value, from_env=False)
+    if listed is None:
+        return list(gpus)
+    out = []
+    for entry in listed:
+        match = next((g for g in gpus if g.uuid == entry or (entry.isdigit() and g.index == int(entry))), None)
+        if match is None:  # CUDA stops at the first entry it cannot resolve
+            break
+        out.append(match)
+    return out

@@ -35,9 +35,10 @@ def _describe(gpu: GpuInfo) -> None:
         gpu.architecture = gpu.architecture or spec.architecture
         gpu.product_class = spec.product_class
     else:
+        from gpulab.compat.gpu_names import product_class
         from gpulab.compat.legacy import architecture_for_pci_id
 
-        gpu.product_class = matrix.product_class(gpu.name, gpu.product_brand)
+        gpu.product_class = product_class(gpu.name, gpu.product_brand)
         # Drivers before R450 report no architecture: the PCI id's chip family names it.
         gpu.architecture = gpu.architecture or architecture_for_pci_id(gpu.pci_device_id)
     if gpu.compute_capability is None:

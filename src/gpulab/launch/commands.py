@@ -30,6 +30,7 @@ from gpulab.report.append import append_results
 from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.registry import REGISTRY
 
 
 def parse_params(items: list[str] | None) -> dict[str, Any]:
@@ -286,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     load = LoadWatch(f"gpulab run {launch.cfg.workload}")
 
     def show_epoch(record: dict[str, Any]) -> None:
-        metric = "mean AUC" if launch.cfg.workload == "chexnet" else "accuracy"
+        metric = REGISTRY[launch.cfg.workload].metric if launch.cfg.workload in REGISTRY else "accuracy"
         print(epoch_line(record, spec.epochs if spec else 0, metric), file=lines, flush=True)
 
     with (
@@ -350,7 +351,11 @@ def _seconds(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", metavar="WORKLOAD", help="a workload name (see gpulab.workloads.WORKLOADS)")
+    p.add_argument(
+        "workload",
+        metavar="WORKLOAD",
+        help="a workload name (gpulab.workloads.REGISTRY: the built-in ones and those packages declare)",
+    )
     p.add_argument(
         "--framework",
         choices=backends.available(),

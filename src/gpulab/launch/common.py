@@ -25,9 +25,10 @@ from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.launch.progress import Tracker
 from gpulab.names import BATCH_POLICIES
-from gpulab.report.io import atomic_write_text
+from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.report.model import Result, TelemetrySummary
 from gpulab.workloads.base import RunConfig, Session
+from gpulab.workloads.registry import REGISTRY
 
 DEFAULT_BUILDER = "gpulab.workloads:build"
 LR_PARAMS = ("learning_rate", "lr")  # the params key the linear scaling rule scales (gpulab's workloads: learning_rate)
@@ -54,12 +55,12 @@ def resolve_builder(spec: str | None = None) -> Callable[[RunConfig, str], Sessi
 
 
 def known_workloads() -> list[str] | None:
-    """Names in gpulab.workloads.WORKLOADS, or None when the package offers no registry."""
+    """Names in gpulab.workloads.REGISTRY, or None when the package offers no registry."""
     try:
         module = importlib.import_module("gpulab.workloads")
     except ImportError:
         return None
-    registry = getattr(module, "WORKLOADS", None)
+    registry = getattr(module, "REGISTRY", None)
     return sorted(registry) if isinstance(registry, Mapping) else None
 
 
@@ -83,9 +84,14 @@ def check_run_fields(cfg: RunConfig) -> None:
             raise GpulabError(f"--{name} must be at least {least}, got {value}")
     from gpulab.workloads.data import named
 
-    if cfg.workload == "style_transfer" and (cfg.optimizer is not None or cfg.learning_rate is not None):
+    workload = REGISTRY.get(cfg.workload)
+    if (
+        workload is not None
+        and workload.optimises_input
+        and (cfg.optimizer is not None or cfg.learning_rate is not None)
+    ):
         raise GpulabError(
-            "style_transfer optimises an image with Adam: --optimizer and --lr do not apply; "
+            f"{cfg.workload} optimises an input with its own optimiser: --optimizer and --lr do not apply; "
             "set its rate with --param learning_rate=VALUE"
         )
 
@@ -399,24 +405,6 @@ def timed_loop(
 
 
 # -- results -------------------------------------------------------------------------------------------------
-def jsonable(value: Any) -> Any:
-    """`value` made safe for the report: paths and other objects as strings, tuples as lists, NaN/inf as None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-        try:
-            return jsonable(value.item())
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    return str(value)
-
-
 def run_params(
     cfg: RunConfig,
     plan: BatchPlan,

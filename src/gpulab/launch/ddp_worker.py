@@ -107,7 +107,8 @@ def _epochs_main(message: WorkerMessage, device: str, local_rank: int, out: Path
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from gpulab.training.epochs import EpochSpec, train_epochs
+    from gpulab.training.epochs import EpochSpec
+    from gpulab.training.loop import train_epochs
 
     assert message.epochs is not None
     rank, world = dist.get_rank(), dist.get_world_size()

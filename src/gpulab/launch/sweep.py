@@ -40,11 +40,12 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
-from gpulab.launch.common import jsonable, plan_batch
+from gpulab.launch.common import plan_batch
 from gpulab.launch.peers import mark_gone
 from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.report.database import read_json_database, write_database
+from gpulab.report.io import jsonable
 from gpulab.report.model import Result
-from gpulab.studies.database import read_json_database, write_database
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 

@@ -28,9 +28,8 @@ from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
 from gpulab.report.model import Result
 from gpulab.training.epochs import EpochSpec
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.registry import REGISTRY
 from gpulab.workloads.tf.common import tf_precision
-
-TF_WORKLOADS = ("style_transfer", "mnist", "cifar10", "chexnet", "resnet50")
 
 
 def require_tensorflow() -> None:
@@ -42,8 +41,9 @@ def require_tensorflow() -> None:
 
 def check_tf_config(cfg: RunConfig) -> None:
     require_tensorflow()
-    if cfg.workload not in TF_WORKLOADS:
-        raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(TF_WORKLOADS)}")
+    known = REGISTRY.with_framework("tensorflow")
+    if cfg.workload not in known:
+        raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(known)}")
     check_run_fields(cfg)
     tf_precision(cfg.precision)
 
@@ -161,9 +161,9 @@ def run_mirrored(
     given global batch split over N (global); `scale_lr` multiplies params learning_rate by N. On a machine where
     TensorFlow sees no GPU, the replicas are `gpus` logical CPU devices (a functional test of the path)."""
     check_tf_config(cfg)
-    if cfg.workload == "style_transfer":
+    if REGISTRY[cfg.workload].optimises_input:
         raise GpulabError(
-            "style_transfer optimises an input, not a model: MirroredStrategy does not apply to it; "
+            f"{cfg.workload} optimises an input, not a model: MirroredStrategy does not apply to it; "
             "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
         )
     plan = plan_batch(cfg, gpus, batch_policy, scale_lr)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
-from gpulab.launch.common import jsonable, launch_params, loss_facts, loss_value, make_result
+from gpulab.launch.common import launch_params, loss_facts, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.report.io import jsonable
 
 
 def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> tuple[Any, list[str]]:
@@ -118,8 +119,8 @@ def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], repli
     """Epoch training with keras fit; the Result as the torch epoch launchers make it."""
     import tensorflow as tf
 
+    from gpulab.launch.epoch_runs import epoch_result
     from gpulab.training.epochs import EpochSpec
-    from gpulab.training.launch import epoch_result
     from gpulab.training.tf_epochs import train_epochs_tf
 
     cfg, mode, threads = message.run, message.mode, message.threads

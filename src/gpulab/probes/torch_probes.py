@@ -14,8 +14,8 @@ from typing import Any
 
 from gpulab import names
 from gpulab.names import ProbeSize
-from gpulab.probes.precision import dtype_for, tf32_mode
 from gpulab.report.model import Result
+from gpulab.workloads.torch_precision import dtype_for, tf32_mode
 
 QUICK = names.tier("quick").probe  # the default; each tier's size is in gpulab.names
 CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=3, copy_mib=256, copy_iters=3, repeats=3)

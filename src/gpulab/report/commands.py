@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,21 @@ from gpulab.errors import GpulabError
 from gpulab.paths import Output, check_outputs
 from gpulab.report.compare import MEDIAN_NOTE, MODES, compare, parse_threshold
 from gpulab.report.io import atomic_write_text, load_report
+from gpulab.report.model import Report
 from gpulab.report.render import rendered_paths, to_html, to_markdown
 
 
-def add_commands(sub: Any) -> None:
+@dataclass(frozen=True)
+class Baselines:
+    """The named baselines `gpulab compare` accepts. The CLI passes them in: the studies' published figures and
+    the validation's known-good rows live in packages above this one."""
+
+    prefix: str  # a REPORT argument starting with it names a shipped baseline
+    resolve: Callable[[str], str]  # such an argument -> the path of its report (others unchanged)
+    known_good: Callable[[str], Report]  # GPU model -> its known-good rows as a report
+
+
+def add_commands(sub: Any, baselines: Baselines) -> None:
     """Register `report` and `compare` on the `gpulab` subparsers."""
     rep = sub.add_parser(
         "report",
@@ -82,7 +95,7 @@ def add_commands(sub: Any) -> None:
     )
     cmp_.add_argument("--md", metavar="OUT", type=Path, help="also write the comparison as Markdown")
     cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    cmp_.set_defaults(func=cmd_compare)
+    cmp_.set_defaults(func=cmd_compare, baselines=baselines)
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[Output, str]]:
@@ -146,11 +159,11 @@ def _prices(texts: list[str], labels: list[str], paths: list[str]) -> dict[int, 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpulab.report import compare_render
-    from gpulab.studies import baselines
 
+    baselines: Baselines = args.baselines
     threshold = parse_threshold(args.threshold)
     paths = [Path(baselines.resolve(p)) for p in args.files]  # baseline:NAME is a study's published figures
-    names = [p if p.startswith(baselines.PREFIX) else str(path) for p, path in zip(args.files, paths, strict=True)]
+    names = [p if p.startswith(baselines.prefix) else str(path) for p, path in zip(args.files, paths, strict=True)]
     outputs = [
         (Output(path, f"--{fmt}", f"compare.{fmt}", "choose another path"), fmt)
         for path, fmt in ((args.md, "md"), (args.html, "html"))
@@ -160,9 +173,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     reports = [(name, load_report(path)) for name, path in zip(names, paths, strict=True)]
     sources = list(names)
     if args.known_good:
-        from gpulab.validation import known_good
-
-        reports.insert(0, (f"known-good {args.known_good}", known_good.as_report(args.known_good)))
+        reports.insert(0, (f"known-good {args.known_good}", baselines.known_good(args.known_good)))
         sources.insert(0, reports[0][0])
     if len(reports) < 2:
         raise GpulabError(
@@ -175,7 +186,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        sys.stdout.write(result.to_text())
+        sys.stdout.write(compare_render.to_text(result))
     for path, text in texts:
         print(f"wrote {atomic_write_text(path, text)}", file=sys.stderr if args.json else sys.stdout)
     return 1 if result.regressions else 0

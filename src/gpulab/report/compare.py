@@ -17,7 +17,6 @@ a regression, and the count and the spread (min–max) are shown; a spread wider
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.report import judge
+from gpulab.report.formatting import num, ratio_pct
 from gpulab.report.model import Check, Report, Result
 
 ResultKey = tuple[str, str, str, int, str, str]
@@ -125,8 +125,8 @@ class Row:
         """Report i's value for a table: the median, with the count and min–max when measured more than once."""
         found = self.found(i)
         if len(found) < 2:
-            return _num(self.values[i])
-        return f"{_num(self.values[i])} (median of {len(found)}: {_num(min(found))}–{_num(max(found))})"
+            return num(self.values[i])
+        return f"{num(self.values[i])} (median of {len(found)}: {num(min(found))}–{num(max(found))})"
 
     def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
         spreads = [self.spread(i) for i in range(len(labels))]
@@ -237,7 +237,7 @@ class Comparison:
                 ratio = row.ratios[i]
                 side = judge.SIDE_NAMES[row.side]
                 out.append(
-                    f"{key_text(row.key)}: {label} {row.cell(i)} vs {row.cell(0)} {row.unit} ({_ratio_pct(ratio)}; "
+                    f"{key_text(row.key)}: {label} {row.cell(i)} vs {row.cell(0)} {row.unit} ({ratio_pct(ratio)}; "
                     f"{side} row, band {row.band_pct or self.threshold_pct:.0f} %: {row.band_why or 'threshold'})"
                 )
         for check in self.checks:
@@ -259,8 +259,8 @@ class Comparison:
                 found = row.found(i)
                 out.append(
                     f"{key_text(row.key)}: {label} has {len(found)} measurements "
-                    f"({', '.join(_num(v) for v in found)} {row.unit}), {pct:.0f} % apart; "
-                    f"median {_num(row.values[i])} compared"
+                    f"({', '.join(num(v) for v in found)} {row.unit}), {pct:.0f} % apart; "
+                    f"median {num(row.values[i])} compared"
                 )
         return out
 
@@ -281,7 +281,7 @@ class Comparison:
                 band = f"band: {judge.NOT_JUDGED}"
             else:
                 band = f"band {bands[0]} %" if len(bands) == 1 else f"band {bands[0]}–{bands[-1]} %"
-            lo, hi = _ratio_pct(min(ratios)), _ratio_pct(max(ratios))
+            lo, hi = ratio_pct(min(ratios)), ratio_pct(max(ratios))
             spread = lo if lo == hi else f"{lo}…{hi}"
             parts.append(f"{name} rows: {len(rows)}, {spread}, {band}")
         return "; ".join(parts)
@@ -331,106 +331,11 @@ class Comparison:
             "regression": bool(self.regressions),
         }
 
-    def to_text(self, width: int = 160) -> str:
-        """The mode line first; then, for the same machine kind, the comparison table, changed checks,
-        fingerprint notes and the verdict line; for different machines the side-by-side sections."""
-        if self.mode != "same":
-            from gpulab.report.compare_render import to_text
-
-            return to_text(self, width)
-        from rich.console import Console
-        from rich.table import Table
-
-        buf = io.StringIO()
-        console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False)
-        console.print(self.verdict, soft_wrap=True)
-        console.print(self.mode_line, soft_wrap=True)
-        console.print(self.relation_line, soft_wrap=True)
-        table = Table(title=f"results (baseline: {self.baseline})", title_justify="left")
-        for col in ("workload", "framework", "launcher", "n", "precision", "device", "unit"):
-            table.add_column(col, justify="right" if col == "n" else "left")
-        for i, label in enumerate(self.labels):
-            table.add_column(label, justify="right", overflow="fold")
-            if i:
-                table.add_column(f"{label} vs base", justify="right")
-                if self.vm[i]:
-                    table.add_column(f"{label} VM/host", justify="right")
-        table.add_column("side, band", no_wrap=True)
-        table.add_column("status")
-        for row in self.rows:
-            cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
-            for i in range(len(row.values)):
-                cells.append(row.cell(i))
-                if i:
-                    cells.append(_ratio_pct(row.ratios[i]))
-                    if self.vm[i]:
-                        vm = self.vm_ratio(row, i)
-                        cells.append("-" if vm is None else f"{vm:.3f} ({_ratio_pct(vm)})")
-            band = f" {row.band_pct:.0f}%" if row.band_pct is not None else " not judged" if row.band_why else ""
-            cells.append(row.side + band)
-            cells.append(row.status.upper() if row.regression else row.status)
-            table.add_row(*cells)
-        if self.rows:
-            console.print(table)
-            if self.repeated:
-                console.print(f"note: {MEDIAN_NOTE}", soft_wrap=True)
-            for line in self.vm_overhead:
-                console.print(line, soft_wrap=True)
-        else:
-            console.print("no results to compare")
-        changed = [c for c in self.checks if len({s for s in c.statuses}) > 1 and c.name not in self.not_comparable]
-        if changed:
-            ctable = Table(title="checks that differ", title_justify="left")
-            ctable.add_column("check", overflow="fold")
-            for label in self.labels:
-                ctable.add_column(label)
-            ctable.add_column("status")
-            for c in changed:
-                ctable.add_row(c.name, *[s or "-" for s in c.statuses], "REGRESSION" if c.regression else "")
-            console.print(ctable)
-        if self.not_comparable:
-            console.print(
-                f"not comparable (checks not run under the same name in every report): {_names(self.not_comparable)}",
-                soft_wrap=True,
-            )
-        spreads = self.wide_spreads
-        if spreads:
-            console.print(f"repeated measurements more than {self.threshold_pct:g} % apart (check these runs):")
-            for line in spreads:
-                console.print(f"  - {line}", soft_wrap=True)
-        regs = self.regressions
-        if regs:
-            console.print("regressions:")
-            for line in regs:
-                console.print(f"  - {line}", soft_wrap=True)
-        if self.notes:
-            console.print("fingerprint differences beside the verdict:")
-            for note in self.notes:
-                console.print(f"  - {note}", soft_wrap=True)
-        return buf.getvalue()
-
 
 def short_labels(labels: Sequence[str]) -> list[str]:
     """Each label's file name where those are unique (for narrow tables), else the labels as they are."""
     names = [label.rsplit("/", 1)[-1] for label in labels]
     return names if len(set(names)) == len(names) else list(labels)
-
-
-def _names(names: Sequence[str], limit: int = 12) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _ratio_pct(ratio: float | None) -> str:
-    if ratio is None:
-        return "-"
-    return f"{(ratio - 1) * 100:+.1f} %"
 
 
 def _unique_labels(labels: Sequence[str]) -> list[str]:

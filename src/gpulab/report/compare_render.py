@@ -6,7 +6,8 @@ import html
 import io
 from dataclasses import dataclass, field
 
-from gpulab.report.compare import Comparison, _names, _num, _ratio_pct, key_text, short_labels
+from gpulab.report.compare import MEDIAN_NOTE, Comparison, key_text, short_labels
+from gpulab.report.formatting import name_list, num, ratio_pct
 
 
 @dataclass
@@ -74,25 +75,25 @@ def sections(c: Comparison) -> list[Section]:
         for i in range(len(labels)):
             found = r.found(i)
             cells.append(
-                r.cell(i) if c.mode == "same" or len(found) < 2 else f"{_num(r.values[i])} (median of {len(found)})"
+                r.cell(i) if c.mode == "same" or len(found) < 2 else f"{num(r.values[i])} (median of {len(found)})"
             )
             if i:
-                cells.append(_ratio_pct(r.ratios[i]))
+                cells.append(ratio_pct(r.ratios[i]))
                 if c.vm[i]:
                     vm = c.vm_ratio(r, i)
                     cells.append("-" if vm is None else f"{vm:.3f}")
         if multi:
             per = [r.per_gpu(i) for i in range(len(labels))]
-            cells += [_num(v) for v in per]
+            cells += [num(v) for v in per]
             cells += [
-                _ratio_pct(v / per[0]) if v is not None and per[0] and r.ratios[i] is not None else "-"
+                ratio_pct(v / per[0]) if v is not None and per[0] and r.ratios[i] is not None else "-"
                 for i, v in enumerate(per[1:], start=1)
             ]
         if power:
-            cells += [_num(r.per_watt(i)) for i in range(len(labels))]
+            cells += [num(r.per_watt(i)) for i in range(len(labels))]
         for i, price in sorted(c.prices.items()):
             v = r.values[i]
-            cells.append(_num(v * 3600 / price) if v is not None and r.unit == "samples/s" and price > 0 else "-")
+            cells.append(num(v * 3600 / price) if v is not None and r.unit == "samples/s" and price > 0 else "-")
         if c.mode == "same":
             cells.append(r.status.upper() if r.regression else r.status)
         rows.append(cells)
@@ -122,7 +123,7 @@ def sections(c: Comparison) -> list[Section]:
         out.append(
             Section(
                 "not comparable",
-                lines=[f"checks not run under the same name in every report: {_names(c.not_comparable)}"],
+                lines=[f"checks not run under the same name in every report: {name_list(c.not_comparable)}"],
             )
         )
     if c.notes:
@@ -131,6 +132,10 @@ def sections(c: Comparison) -> list[Section]:
 
 
 def to_text(c: Comparison, width: int = 160) -> str:
+    """For the same machine kind the comparison table and verdict; for different machines the side-by-side
+    sections."""
+    if c.mode == "same":
+        return _same_machine_text(c, width)
     from rich.console import Console
     from rich.table import Table
 
@@ -205,3 +210,77 @@ def to_html(c: Comparison) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>gpulab comparison</title>'
         f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+def _same_machine_text(cmp: Comparison, width: int) -> str:
+    """The verdict and mode lines, the comparison table, changed checks and fingerprint notes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False)
+    console.print(cmp.verdict, soft_wrap=True)
+    console.print(cmp.mode_line, soft_wrap=True)
+    console.print(cmp.relation_line, soft_wrap=True)
+    table = Table(title=f"results (baseline: {cmp.baseline})", title_justify="left")
+    for col in ("workload", "framework", "launcher", "n", "precision", "device", "unit"):
+        table.add_column(col, justify="right" if col == "n" else "left")
+    for i, label in enumerate(cmp.labels):
+        table.add_column(label, justify="right", overflow="fold")
+        if i:
+            table.add_column(f"{label} vs base", justify="right")
+            if cmp.vm[i]:
+                table.add_column(f"{label} VM/host", justify="right")
+    table.add_column("side, band", no_wrap=True)
+    table.add_column("status")
+    for row in cmp.rows:
+        cells = [*map(str, row.key[:5]), row.key[5] or "all", row.unit]
+        for i in range(len(row.values)):
+            cells.append(row.cell(i))
+            if i:
+                cells.append(ratio_pct(row.ratios[i]))
+                if cmp.vm[i]:
+                    vm = cmp.vm_ratio(row, i)
+                    cells.append("-" if vm is None else f"{vm:.3f} ({ratio_pct(vm)})")
+        band = f" {row.band_pct:.0f}%" if row.band_pct is not None else " not judged" if row.band_why else ""
+        cells.append(row.side + band)
+        cells.append(row.status.upper() if row.regression else row.status)
+        table.add_row(*cells)
+    if cmp.rows:
+        console.print(table)
+        if cmp.repeated:
+            console.print(f"note: {MEDIAN_NOTE}", soft_wrap=True)
+        for line in cmp.vm_overhead:
+            console.print(line, soft_wrap=True)
+    else:
+        console.print("no results to compare")
+    changed = [c for c in cmp.checks if len({s for s in c.statuses}) > 1 and c.name not in cmp.not_comparable]
+    if changed:
+        ctable = Table(title="checks that differ", title_justify="left")
+        ctable.add_column("check", overflow="fold")
+        for label in cmp.labels:
+            ctable.add_column(label)
+        ctable.add_column("status")
+        for c in changed:
+            ctable.add_row(c.name, *[s or "-" for s in c.statuses], "REGRESSION" if c.regression else "")
+        console.print(ctable)
+    if cmp.not_comparable:
+        console.print(
+            f"not comparable (checks not run under the same name in every report): {name_list(cmp.not_comparable)}",
+            soft_wrap=True,
+        )
+    spreads = cmp.wide_spreads
+    if spreads:
+        console.print(f"repeated measurements more than {cmp.threshold_pct:g} % apart (check these runs):")
+        for line in spreads:
+            console.print(f"  - {line}", soft_wrap=True)
+    regs = cmp.regressions
+    if regs:
+        console.print("regressions:")
+        for line in regs:
+            console.print(f"  - {line}", soft_wrap=True)
+    if cmp.notes:
+        console.print("fingerprint differences beside the verdict:")
+        for note in cmp.notes:
+            console.print(f"  - {note}", soft_wrap=True)
+    return buf.getvalue()

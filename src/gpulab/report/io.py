@@ -15,6 +15,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,24 @@ def report_json(report: Report) -> str:
             "this is a bug in the code that built the report"
         )
     return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def jsonable(value: Any) -> Any:
+    """`value` made safe for the report: paths and other objects as strings, tuples as lists, NaN/inf as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return jsonable(value.item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.io import atomic_write_text
 from gpulab.report.model import STATUSES, Check, Report, Result, Scaling, Speedup
 
@@ -374,9 +375,7 @@ def verdict_text(report: Report) -> str:
 def stand_ins_text(report: Report) -> str | None:
     """The stand-ins the report's runs recorded (random weights, stand-in data), or None: "Stand-ins: random VGG19
     weights (style_transfer; 2 rows)"."""
-    from gpulab.workloads.stand_ins import summary
-
-    text = summary(((r.series(), r.params.get("stand_ins") or []) for r in report.results), "row")
+    text = stand_ins_summary(((r.series(), r.params.get("stand_ins") or []) for r in report.results), "row")
     return f"Stand-ins: {text}; these rows did not run on the real weights or data" if text else None
 
 

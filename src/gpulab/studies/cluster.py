@@ -22,8 +22,11 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.model import GpuInfo
-from gpulab.studies.task import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 
+# The environment of a worker's slot, read by the task that runs there.
+DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
+LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
+THREADS_ENV = "GPULAB_STUDY_THREADS"  # CPU threads of a CPU worker
 QUIET = {"DASK_LOGGING__DISTRIBUTED": "error"}  # a worker's own start/stop lines are noise next to the study's
 
 

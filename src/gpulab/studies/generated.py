@@ -1,8 +1,8 @@
 """`data: generated` in a study file: a small data set in the workload's own format, made in the study directory.
 
-For trying a study's whole path where its real data is not at hand (CI, a new machine): the images are generated
-(chexnet's 14 labels, resnet50's classes) or scikit-learn's digits (mnist); the metrics then say nothing about the
-model, only that training, validation and the records work.
+For trying a study's whole path where its real data is not at hand (CI, a new machine): the workload's registry
+entry writes it (`generated_data`: chexnet's 14 labels, resnet50's classes, scikit-learn's digits for mnist); the
+metrics then say nothing about the model, only that training, validation and the records work.
 """
 
 from __future__ import annotations
@@ -21,20 +21,16 @@ def with_generated_data(study: Study, study_dir: Path) -> Study:
     """The study with `data: generated` made real under STUDY_DIR/generated-data (once; resume reuses it)."""
     if study.data is None or str(study.data) != GENERATED:
         return study
-    from gpulab.workloads import data
+    from gpulab.workloads.registry import REGISTRY, load
 
     root = Path(study_dir) / FOLDER
     if not root.exists():
         tmp = root.with_name(f".{FOLDER}.tmp")
-        writers = {
-            "chexnet": lambda: data.write_image_folder(tmp, 48, label_columns=14, side=64),
-            "resnet50": lambda: data.write_image_folder(tmp, 48, label_columns=1, classes=4, side=64),
-            "cifar10": lambda: data.write_cifar10_batches(tmp),
-            "mnist": lambda: data.write_digits_mnist(tmp),
-        }
-        if study.workload not in writers:
+        declared = REGISTRY.get(study.workload)
+        if declared is None or declared.generated_data is None:
             raise GpulabError(f"data: generated has no data set for {study.workload}; drop data from the study file")
+        write = load(declared.generated_data, f"the generated data of {study.workload}")
         tmp.mkdir(parents=True, exist_ok=True)
-        writers[study.workload]()
+        write(tmp)
         tmp.replace(root)
     return dataclasses.replace(study, data=root)

@@ -1,7 +1,7 @@
 """How many of a session's runs have finished, while psweep waits on them, for the study's progress line.
 
 Each run saves its own row to `<run folder>/row.json` in the study directory the moment it finishes, on the workers
-and in whole-machine runs alike (studies.database), so the rows that appeared since the session began are its
+and in whole-machine runs alike (report.database), so the rows that appeared since the session began are its
 finished runs. Remote workers save on their own hosts: there the count is what the Dask cluster holds results for.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulab.studies.database import ROW_JSON
+from gpulab.report.database import ROW_JSON
 
 POLL_S = 1.0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.io import atomic_write_text
 from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
 from gpulab.studies import baselines, ledger
@@ -26,7 +27,6 @@ from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
 from gpulab.studies.task import outcome, study_relative
 from gpulab.workloads.stand_ins import stand_ins
-from gpulab.workloads.stand_ins import summary as stand_ins_summary
 
 EXTRA_CSS = """
 .prow{display:flex;gap:1rem;align-items:flex-start;margin:.4rem 0 1.2rem}
@@ -442,7 +442,6 @@ def _thumbnail(array_or_path: Any, study_dir: Path | None = None) -> str | None:
     import numpy as np
     from PIL import Image
 
-    from gpulab.errors import GpulabError
     from gpulab.paths import input_file
 
     try:
@@ -466,30 +465,16 @@ def _thumbnail(array_or_path: Any, study_dir: Path | None = None) -> str | None:
 
 
 def references(study: Study) -> list[tuple[str, str, Any]]:
-    """(label, source, image array) of the content and style images the study's runs share: its fixed content and
-    style, else style transfer's defaults. Empty for other workloads, and for a reference the study varies."""
-    if study.workload != "style_transfer":
-        return []
-    from gpulab.workloads import style_transfer as st
+    """(label, source, image array) of the inputs the study's runs share, as the workload's registry entry reads
+    them from the study's fixed and varied parameters (style transfer's content and style); else empty."""
+    from gpulab.workloads.registry import REGISTRY, load
 
-    out = []
-    for kind in ("content", "style"):
-        if kind in study.vary.params:
-            continue
-        given = study.fixed.get(kind)
-        items = given if isinstance(given, list) else [given]
-        for item in items:
-            try:
-                if isinstance(item, str):
-                    path = st.input_file(kind, item, st.IMAGE_HINT)
-                    assert path is not None
-                    out.append((kind, path.name, st._load_image(path, kind)))
-                else:
-                    array, source = st.default_image(kind)
-                    out.append((kind, source, array))
-            except GpulabError:
-                out.append((kind, f"{item} (unreadable)", None))
-    return out
+    declared = REGISTRY.get(study.workload)
+    if declared is None or declared.references is None:
+        return []
+    read = load(declared.references, f"the study references of {study.workload}")
+    found: list[tuple[str, str, Any]] = read(study.fixed, set(study.vary.params))
+    return found
 
 
 def _best(members: Sequence[Run]) -> Run | None:

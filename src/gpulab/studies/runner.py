@@ -1,7 +1,7 @@
 """`gpulab study run` / `resume`: a study's runs through psweep onto Dask workers, kept in one psweep database.
 
 The study directory holds `database.json` (the rows; psweep's `database.pk` beside it, never read: see
-studies.database), one folder per run named by its pset id (the style-transfer image, result.json, row.json,
+report.database), one folder per run named by its pset id (the style-transfer image, result.json, row.json,
 error.txt for a failed run), `study.json` (the study as run) and `sessions.json` (each `run`/`resume`: its psweep
 run id, workers, wall time, runs). Each run saves its row in its folder as it finishes, so a study stopped half-way
 (Ctrl-C, a lost machine) keeps what finished: the database is rewritten at the end of every session, interrupted
@@ -23,11 +23,11 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
-from gpulab.launch.common import jsonable, write_json_atomic
+from gpulab.launch.common import write_json_atomic
 from gpulab.paths import read_input_text
-from gpulab.report.io import atomic_write_text
+from gpulab.report.database import DATABASE, DATABASE_JSON, read_database, write_database
+from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.studies import cluster, ledger, packing
-from gpulab.studies.database import DATABASE, DATABASE_JSON, read_database, write_database
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.progress import Progress, finished_counter, watching
 from gpulab.studies.results import write_study_report

@@ -174,7 +174,9 @@ def study_from_dict(
         problems.append(f"study: {name!r} is not a name (letters, digits, - _ . up to 63, first a letter or digit)")
     workload = data.get("workload")
     if not isinstance(workload, str) or not workload:
-        problems.append("workload: missing; name one (style_transfer, mnist, cifar10, chexnet, resnet50)")
+        from gpulab.workloads import REGISTRY
+
+        problems.append(f"workload: missing; name one ({', '.join(REGISTRY)})")
     framework = data.get("framework", names.DEFAULT_FRAMEWORK)
     if framework not in names.FRAMEWORKS:
         problems.append(f"framework: {framework!r} is not one of {', '.join(names.FRAMEWORKS)}")
@@ -249,13 +251,10 @@ def study_from_dict(
 
 def _workload_params(workload: str) -> set[str] | None:
     """The parameters the workload takes (its DEFAULTS); None for a workload gpulab does not have."""
-    import importlib
+    from gpulab.workloads import REGISTRY
 
-    from gpulab.workloads import WORKLOADS
-
-    if workload not in WORKLOADS:
-        return None
-    return set(importlib.import_module(f"gpulab.workloads.{workload}").DEFAULTS)
+    declared = REGISTRY.get(workload)
+    return None if declared is None else set(declared.params)
 
 
 def _finite(value: Any) -> bool:
@@ -270,11 +269,11 @@ def _finite(value: Any) -> bool:
 
 def _check_params(workload: str, fixed: dict[str, Any], vary: Vary, problems: list[str]) -> None:
     """Every parameter one the workload takes (or a run field), every value a finite one, no `output`."""
-    from gpulab.workloads import WORKLOADS
+    from gpulab.workloads import REGISTRY
 
     known = _workload_params(workload)
     if known is None:
-        problems.append(f"workload: {workload!r} is not one of {', '.join(WORKLOADS)}")
+        problems.append(f"workload: {workload!r} is not one of {', '.join(REGISTRY)}")
         return
     allowed = known | set(RUN_FIELDS) | set(MACHINE_PARAMS)
     for where, params in (("fixed", fixed), ("vary.params", vary.params)):

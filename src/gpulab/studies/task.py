@@ -23,12 +23,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpulab import names
+from gpulab.studies.cluster import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
+from gpulab.workloads.registry import REGISTRY
 from gpulab.workloads.stand_ins import stand_ins
 
-DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
-LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
-THREADS_ENV = "GPULAB_STUDY_THREADS"  # CPU threads of a CPU worker
 META = ("study", "workload", "framework", "size", "precision", "launcher", "gpus", "repeat", "seed", "data")
 CURVE_POINTS = 200  # a loss curve is kept at up to this many points
 RESULT = "result.json"
@@ -46,8 +45,8 @@ def _missing(value: Any) -> bool:
 
 def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     """psweep's function: one run, its result columns (also written to <run dir>/result.json)."""
-    from gpulab.launch.common import jsonable
-    from gpulab.studies.database import save_row
+    from gpulab.report.database import save_row
+    from gpulab.report.io import jsonable
 
     started = time.time()
     run_dir = Path(pset["_calc_dir"]) / str(pset["_pset_id"])
@@ -124,7 +123,7 @@ def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None)
     """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last), the
     pset's own channels_last winning where it sets one; None where the GPU has no plan."""
     from gpulab import compat
-    from gpulab.validation import precision_plan
+    from gpulab.workloads import precision_plan
 
     plan = precision_plan.for_gpu(compat.gpu_by_name(gpu_name), compute_capability, None)
     if plan is None:
@@ -148,7 +147,7 @@ def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
 
     precision, channels_last = _precision(pset, device)
     params = workload_params(pset)
-    if pset["workload"] == "style_transfer" and "output" not in params:
+    if REGISTRY[str(pset["workload"])].optimises_input and "output" not in params:
         params["output"] = str(run_dir / "output.png")
     fields = {k: pset[k] for k in ("batch", "steps", "num_workers") if not _missing(pset.get(k))}
     data = pset.get("data")
@@ -218,7 +217,8 @@ def gpu_footprint(torch: Any) -> dict[str, float]:
 
 
 def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
-    from gpulab.training.epochs import EpochSpec, train_epochs
+    from gpulab.training.epochs import EpochSpec
+    from gpulab.training.loop import train_epochs
 
     given = {k: pset[k] for k in EPOCH_KEYS if not _missing(pset.get(k))}
     if "weights" in given:
@@ -349,6 +349,6 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
 
     return jsonable(value)

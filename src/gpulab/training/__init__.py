@@ -5,6 +5,7 @@ Importing this package does not import torch; training does.
 
 from __future__ import annotations
 
-from gpulab.training.epochs import EpochSpec, train_epochs
+from gpulab.training.epochs import EpochSpec
+from gpulab.training.loop import train_epochs
 
 __all__ = ["EpochSpec", "train_epochs"]

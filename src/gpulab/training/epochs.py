@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import RunConfig
 
 if TYPE_CHECKING:
-    from gpulab.training.recipes import Recipe
+    from gpulab.workloads.recipes import Recipe
 
 EpochListener = Callable[[dict[str, Any]], None]
 _LISTENER: ContextVar[EpochListener | None] = ContextVar("gpulab_epoch_listener", default=None)
@@ -98,24 +97,6 @@ def current_listener() -> EpochListener | None:
     return _LISTENER.get()
 
 
-def train_epochs(
-    cfg: RunConfig,
-    device: str,
-    spec: EpochSpec,
-    *,
-    on_epoch: EpochListener | None = None,
-    wrapper: Callable[[Any], Any] | None = None,
-) -> dict[str, Any]:
-    """Train cfg.workload on `device` for spec.epochs epochs over cfg.data; returns the JSON-able record."""
-    from gpulab.training.loop import EpochTrainer
-
-    trainer = EpochTrainer(cfg, device, spec, wrapper=wrapper)
-    try:
-        return trainer.run(on_epoch)
-    finally:
-        trainer.close()
-
-
 def epoch_record(
     r: Recipe,
     epochs: list[dict[str, Any]],
@@ -138,7 +119,7 @@ def epoch_record(
     """The JSON-able record of an epoch run, its totals drawn from `epochs`.
 
     The torch loop and tf.keras' fit both write it, so that reports read the two frameworks' runs alike."""
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
 
     metrics = [e["val_metric"] for e in epochs if e["val_metric"] is not None]
     split = r.split

@@ -9,7 +9,6 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochListener, EpochSpec, current_listener, epoch_record
 from gpulab.training.metrics import accuracy, mean_auc
-from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     DeviceAugment,
@@ -20,6 +19,7 @@ from gpulab.workloads.common import (
     optimizer_lr,
     seed_everything,
 )
+from gpulab.workloads.recipes import Recipe, recipe
 
 
 def _loader(dataset: Any, sampler: Any, batch: int, batched: bool, cfg: RunConfig, device: str) -> Any:
@@ -247,3 +247,19 @@ class EpochTrainer:
             workers = getattr(loader, "_iterator", None)
             if workers is not None and hasattr(workers, "_shutdown_workers"):
                 workers._shutdown_workers()
+
+
+def train_epochs(
+    cfg: RunConfig,
+    device: str,
+    spec: EpochSpec,
+    *,
+    on_epoch: EpochListener | None = None,
+    wrapper: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """Train cfg.workload on `device` for spec.epochs epochs over cfg.data; returns the JSON-able record."""
+    trainer = EpochTrainer(cfg, device, spec, wrapper=wrapper)
+    try:
+        return trainer.run(on_epoch)
+    finally:
+        trainer.close()

@@ -5,58 +5,46 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.training.epochs import EpochSpec, epoch_record
-from gpulab.training.recipes import Recipe, recipe
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import loader_workers
-
-TF_EPOCH_WORKLOADS = ("mnist", "resnet50")
+from gpulab.workloads.recipes import Recipe, recipe
+from gpulab.workloads.registry import REGISTRY, load
 
 
 def check_tf_epochs(cfg: RunConfig, spec: EpochSpec) -> None:
-    if cfg.workload not in TF_EPOCH_WORKLOADS:
+    trained = REGISTRY.names("tf_epochs")
+    if cfg.workload not in trained:
         raise GpulabError(
-            f"--framework tensorflow --epochs trains {' and '.join(TF_EPOCH_WORKLOADS)}, not {cfg.workload}; "
-            "use --framework torch"
+            f"--framework tensorflow --epochs trains {' and '.join(trained)}, not {cfg.workload}; use --framework torch"
         )
     if spec.weights is not None or spec.save_weights is not None:
         raise GpulabError("--weights and --save-weights are torch state_dicts: use them with --framework torch")
 
 
-def _optimizer(cfg: RunConfig, spec: EpochSpec) -> Any:
+def _optimizer(cfg: RunConfig, spec: EpochSpec, own: Callable[[], Any]) -> Any:
     """The chosen optimiser (adam, sgd), else the workload's own, at the chosen or default rate."""
     import dataclasses
 
-    import keras
-
-    from gpulab.workloads import mnist, resnet50
-    from gpulab.workloads.tf.classifiers import chosen_optimizer, mnist_optimizer
+    from gpulab.workloads.tf.classifiers import chosen_optimizer
 
     chosen = dataclasses.replace(
         cfg,
         optimizer=spec.optimizer or cfg.optimizer,
         learning_rate=spec.learning_rate if spec.learning_rate is not None else cfg.learning_rate,
     )
-
-    def own() -> Any:
-        if cfg.workload == "mnist":
-            st = mnist.settings(cfg)
-            return mnist_optimizer(st.optimizer, st.lr)
-        rs = resnet50.settings(cfg)
-        return keras.optimizers.SGD(learning_rate=rs.lr, momentum=rs.momentum, weight_decay=rs.weight_decay or None)
-
     return chosen_optimizer(chosen, own)()
 
 
-def _model(cfg: RunConfig, r: Recipe) -> Any:
-    from gpulab.workloads.tf.classifiers import mnist_model, resnet50_model
-
-    if cfg.workload == "mnist":
-        return mnist_model()
-    return resnet50_model(r.task.input_shape[1], r.task.classes)
+def _parts(cfg: RunConfig, r: Recipe) -> tuple[Any, Callable[[], Any]]:
+    """The workload's keras model and its own optimiser's factory, as its registry entry names them."""
+    parts = load(str(REGISTRY[cfg.workload].tf_epochs), f"the TensorFlow epoch parts of {cfg.workload}")
+    model, own = parts(cfg, r)
+    return model, own
 
 
 def _dataset(part: Any, batched: bool, *, train: bool, batch: int, r: Recipe, seed: int, workers: int) -> Any:
@@ -116,8 +104,8 @@ def train_epochs_tf(cfg: RunConfig, strategy: Any, spec: EpochSpec, replicas: in
         train = _dataset(split.train, split.batched, train=True, batch=batch, r=r, seed=cfg.seed, workers=workers)
         val = _dataset(split.val, split.batched, train=False, batch=batch, r=r, seed=cfg.seed, workers=workers)
         with strategy.scope():
-            model = _model(cfg, r)
-            optimizer = _optimizer(cfg, spec)
+            model, own = _parts(cfg, r)
+            optimizer = _optimizer(cfg, spec, own)
             model.compile(
                 optimizer=optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

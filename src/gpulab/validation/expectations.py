@@ -10,19 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.report.model import Threshold
-from gpulab.validation.precision_plan import PrecisionPlan
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.precision_plan import PrecisionPlan
+from gpulab.workloads.registry import REGISTRY
 
 # The plan of the newest GPUs: what the rows follow when there is no GPU to plan for.
 NEWEST = PrecisionPlan("Hopper", 9.0, None, None, "newest architecture")
 
 # Workloads the speedup rows run (at the tier's workload size, gpulab.names.Tier.workload_size).
-SPEEDUP_WORKLOADS = ("style_transfer", "mnist", "cifar10", "chexnet", "resnet50")
+SPEEDUP_WORKLOADS = REGISTRY.names(speedup=True)
 
-# CPU rows run a couple of steps; the big ImageNet-sized models also get a small batch (CPU throughput barely
-# depends on batch beyond a few samples, and one single-thread ResNet50 step at batch 128 takes over a minute).
+# CPU rows run a couple of steps; the big ImageNet-sized models also get a small batch, their registry entry's
+# cpu_batch (CPU throughput barely depends on batch beyond a few samples).
 CPU_STEPS = 2
-CPU_BATCH = {"chexnet": 8, "resnet50": 8}
 
 MIN_GPU_OVER_ALL_CPU = Threshold(
     name="speedup.gpu_over_all_cpu_threads.min",
@@ -91,7 +91,7 @@ def mirrored_floor(nvlink: bool) -> Threshold:
 
 def speedup_config(workload: str, size: str, framework: str = "torch", plan: PrecisionPlan | None = None) -> RunConfig:
     """How a workload runs on one GPU for the speedup rows: the precision and layout the GPU's plan chooses
-    (validation/precision_plan.py); without a GPU to plan for, the newest architecture's (bf16, TF32 for style
+    (workloads/precision_plan.py); without a GPU to plan for, the newest architecture's (bf16, TF32 for style
     transfer). TensorFlow is channels_last throughout, so the flag is for torch only.
     """
     choice = (plan or NEWEST).training(workload, framework)
@@ -106,4 +106,9 @@ def cpu_config(cfg: RunConfig) -> RunConfig:
     """
     from dataclasses import replace
 
-    return replace(cfg, batch=CPU_BATCH.get(cfg.workload, cfg.batch), steps=CPU_STEPS, warmup=1, precision="fp32")
+    return replace(cfg, batch=_cpu_batch(cfg), steps=CPU_STEPS, warmup=1, precision="fp32")
+
+
+def _cpu_batch(cfg: RunConfig) -> int | None:
+    declared = REGISTRY.get(cfg.workload)
+    return declared.cpu_batch if declared is not None and declared.cpu_batch is not None else cfg.batch

@@ -20,6 +20,7 @@ import pytest
 
 from gpulab import health, names, occupancy
 from gpulab.errors import GpulabError
+from gpulab.hw import cuda_visible
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
 from gpulab.launch import progress
@@ -31,7 +32,7 @@ from gpulab.validation.baselines import cpu_rows as cpu_rows
 from gpulab.validation.baselines import measured_rows as measured_rows
 from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.pending_reboot import pending_reboot
-from gpulab.validation.session import Lab, Options, select_gpus, visible_to_cuda, write_run_record
+from gpulab.validation.session import Lab, Options, select_gpus, write_run_record
 from gpulab.validation.suite_progress import SuiteProgress
 
 LAB_KEY = pytest.StashKey[Lab]()
@@ -130,7 +131,7 @@ def _options(config: pytest.Config) -> Options:
         if opts.topo_file is not None:
             input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
         if opts.precision_plan is not None:
-            from gpulab.validation.precision_plan import for_architecture
+            from gpulab.workloads.precision_plan import for_architecture
 
             for_architecture(opts.precision_plan)  # an unknown architecture is refused before the first test
         if opts.record is not None:
@@ -157,7 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
         base = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=False)
         # This machine's CUDA_VISIBLE_DEVICES says nothing about a captured host's GPUs.
         env = os.environ.get("CUDA_VISIBLE_DEVICES") if opts.from_xml is None else None
-        gpus = select_gpus(visible_to_cuda(base.gpus, env), opts.gpus)
+        gpus = select_gpus(cuda_visible.visible_to_cuda(base.gpus, env), opts.gpus)
     except GpulabError as err:
         raise pytest.UsageError(str(err)) from err
     # Before any framework or probe touches a GPU: what else occupies the selected ones. An xdist worker's
@@ -431,6 +432,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lab.messages.append(f"report views not written ({err}); render them with `gpulab report {path}`")
     if lab.options.baseline is not None and not interrupted:
         from gpulab.report.compare import compare, parse_threshold
+        from gpulab.report.compare_render import to_text
         from gpulab.report.io import load_report
 
         try:
@@ -443,7 +445,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             lab.messages.append(f"baseline comparison failed: {err}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
-            lab.messages.append(cmp.to_text())
+            lab.messages.append(to_text(cmp))
             if cmp.regressions:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if lab.options.record is not None:  # last: it holds the final exit status, regressions included

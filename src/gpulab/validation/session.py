@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
-from gpulab.hw import cuda_visible
 from gpulab.hw.model import Fingerprint, GpuInfo
 from gpulab.occupancy import Occupancy
 from gpulab.probes import judge
@@ -20,7 +19,7 @@ from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Check, Report, Result
 
 if TYPE_CHECKING:
-    from gpulab.validation.precision_plan import PrecisionPlan
+    from gpulab.workloads.precision_plan import PrecisionPlan
 
 
 @dataclass
@@ -102,20 +101,6 @@ def select_gpus(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
     return [by_index[i] for i in wanted]
 
 
-def visible_to_cuda(gpus: list[GpuInfo], env_value: str | None) -> list[GpuInfo]:
-    """The GPUs a CUDA_VISIBLE_DEVICES value leaves visible (indices in PCI bus order, or UUIDs), in its order."""
-    listed = cuda_visible.entries(env_value, from_env=False)
-    if listed is None:
-        return list(gpus)
-    out = []
-    for entry in listed:
-        match = next((g for g in gpus if g.uuid == entry or (entry.isdigit() and g.index == int(entry))), None)
-        if match is None:  # CUDA stops at the first entry it cannot resolve
-            break
-        out.append(match)
-    return out
-
-
 @dataclass
 class Lab:
     options: Options
@@ -165,7 +150,7 @@ class Lab:
     @property
     def precision_plan(self) -> PrecisionPlan | None:
         """The precisions the workload rows train in: forced to an architecture, else the first selected GPU's."""
-        from gpulab.validation import precision_plan
+        from gpulab.workloads import precision_plan
 
         if self.options.precision_plan:
             return precision_plan.for_architecture(self.options.precision_plan)

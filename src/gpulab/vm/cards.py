@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from gpulab.compat.gpus import product_class
+from gpulab.compat.gpu_names import product_class
 from gpulab.compat.rules import newest_branch_for_arch
 from gpulab.vm.checks import FAIL, OK, WARN, Check
 from gpulab.vm.connection import is_local

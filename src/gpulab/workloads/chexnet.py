@@ -20,6 +20,7 @@ from gpulab.workloads.common import (
     choose_optimizer,
 )
 from gpulab.workloads.pretrained import Start
+from gpulab.workloads.registry import Workload
 
 # size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
 SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
@@ -105,3 +106,27 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     )
     session.info["weights"] = described[-1]
     return session
+
+
+WORKLOAD = Workload(
+    name="chexnet",
+    sizes=SIZES,
+    torch="gpulab.workloads.chexnet:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.classifiers:build_chexnet",
+    order=3,
+    metric="mean AUC",
+    recipe="gpulab.workloads.recipes:chexnet",
+    cpu_batch=8,  # one single-thread DenseNet121 step at the size's batch takes minutes
+    data_set="ChestX-ray14",
+    imagenet_start="DenseNet121",
+    start_param="pretrained",
+    generated_data="gpulab.workloads.chexnet:generated_data",
+)
+
+
+def generated_data(root: Path) -> None:
+    """Generated images with labels.csv of the 14 findings (a study's `data: generated`)."""
+    from gpulab.workloads.data import write_image_folder
+
+    write_image_folder(root, 48, label_columns=CLASSES, side=64)

@@ -18,6 +18,7 @@ from gpulab.workloads.common import (
     check_config,
     choose_optimizer,
 )
+from gpulab.workloads.registry import Workload
 
 # size: (batch, steps); "full" is one epoch of the 50,000 training images
 SIZES = {"tiny": (8, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 390)}
@@ -109,3 +110,23 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         real_augment=augment(MEAN, STD),
         info={"image_hw": [32, 32], "augment": "pad 4, crop 32, flip"},
     )
+
+
+WORKLOAD = Workload(
+    name="cifar10",
+    sizes=SIZES,
+    torch="gpulab.workloads.cifar10:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.classifiers:build_cifar10",
+    order=2,
+    recipe="gpulab.workloads.recipes:cifar10",
+    data_set="CIFAR-10",
+    generated_data="gpulab.workloads.cifar10:generated_data",
+)
+
+
+def generated_data(root: Path) -> None:
+    """Generated images as CIFAR-10 python batches (a study's `data: generated`)."""
+    from gpulab.workloads.data import write_cifar10_batches
+
+    write_cifar10_batches(root)

@@ -112,7 +112,7 @@ class Numerics:
     def __init__(self, precision: str, device: str) -> None:
         import torch
 
-        from gpulab.probes.precision import tf32_mode
+        from gpulab.workloads.torch_precision import tf32_mode
 
         self.precision = precision
         self.device_type = torch.device(device).type

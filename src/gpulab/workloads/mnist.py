@@ -17,6 +17,7 @@ from gpulab.workloads.common import (
     check_config,
     choose_optimizer,
 )
+from gpulab.workloads.registry import Workload
 
 # size: (batch, steps); "full" is one epoch of the 60,000 training images
 SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}
@@ -98,3 +99,25 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         real_augment=DeviceAugment(mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed),
         info={"image_hw": [28, 28]},
     )
+
+
+WORKLOAD = Workload(
+    name="mnist",
+    sizes=SIZES,
+    torch="gpulab.workloads.mnist:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.classifiers:build_mnist",
+    order=1,
+    recipe="gpulab.workloads.recipes:mnist",
+    tf_epochs="gpulab.workloads.tf.classifiers:mnist_epoch_parts",
+    channels_last_gains=False,  # 28×28, one channel
+    data_set="MNIST",
+    generated_data="gpulab.workloads.mnist:generated_data",
+)
+
+
+def generated_data(root: Path) -> None:
+    """Scikit-learn's digits as MNIST IDX files (a study's `data: generated`)."""
+    from gpulab.workloads.data import write_digits_mnist
+
+    write_digits_mnist(root)

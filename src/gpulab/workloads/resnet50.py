@@ -23,6 +23,7 @@ from gpulab.workloads.common import (
     choose_optimizer,
 )
 from gpulab.workloads.pretrained import Start
+from gpulab.workloads.registry import Workload
 
 # size: (batch per device, steps)
 SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
@@ -148,3 +149,25 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     session.info["classes"] = classes[0]
     session.info["weights"] = described[-1]
     return session
+
+
+WORKLOAD = Workload(
+    name="resnet50",
+    sizes=SIZES,
+    torch="gpulab.workloads.resnet50:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.classifiers:build_resnet50",
+    order=4,
+    recipe="gpulab.workloads.recipes:resnet50",
+    tf_epochs="gpulab.workloads.tf.classifiers:resnet50_epoch_parts",
+    cpu_batch=8,  # one single-thread ResNet50 step at batch 128 takes over a minute
+    data_set="ImageNet",
+    generated_data="gpulab.workloads.resnet50:generated_data",
+)
+
+
+def generated_data(root: Path) -> None:
+    """Generated images of 4 classes with labels.csv (a study's `data: generated`)."""
+    from gpulab.workloads.data import write_image_folder
+
+    write_image_folder(root, 48, label_columns=1, classes=4, side=64)

@@ -7,32 +7,38 @@ names them, so a loss, an accuracy or an image is never read as the real experim
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-# Workloads whose published setup starts from ImageNet weights: a random start stands in for them.
-IMAGENET_START = {"style_transfer": "VGG19", "chexnet": "DenseNet121"}
-DATA_SETS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "chexnet": "ChestX-ray14", "resnet50": "ImageNet"}
+from gpulab.workloads.registry import REGISTRY, Workload
+
 GENERATED_FOLDER = "generated-data"  # gpulab.studies.generated.FOLDER
 
 
-def _random_start(workload: str, facts: Mapping[str, Any]) -> bool:
+def _random_start(declared: Workload, facts: Mapping[str, Any]) -> bool:
+    """Random weights where the run recorded them, else where its start parameter (recorded by older runs
+    instead) chose none."""
     weights = facts.get("weights")
     if isinstance(weights, str):
         return weights == "random"
+    if declared.start_param is None:
+        return False
     params = facts.get("workload_params")
-    chosen = (params if isinstance(params, Mapping) else facts).get("pretrained" if workload == "chexnet" else "")
-    return workload == "chexnet" and chosen in (None, "none")
+    chosen = (params if isinstance(params, Mapping) else facts).get(declared.start_param)
+    return chosen in (None, "none")
 
 
 def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
     """The stand-ins of one run of `workload`, in words, from its recorded facts (weights, data, content, style,
     workload_params); empty when it ran on the real thing."""
     out: list[str] = []
-    if workload in IMAGENET_START and _random_start(workload, facts):
-        out.append(f"random {IMAGENET_START[workload]} weights")
-    if workload in DATA_SETS:
-        data, real = facts.get("data"), DATA_SETS[workload]
+    declared = REGISTRY.get(workload)
+    if declared is None:
+        return out
+    if declared.imagenet_start and _random_start(declared, facts):
+        out.append(f"random {declared.imagenet_start} weights")
+    if declared.data_set:
+        data, real = facts.get("data"), declared.data_set
         text = str(data) if data is not None else "synthetic"
         if text == "synthetic":
             out.append(f"synthetic tensors for {real}")
@@ -40,24 +46,8 @@ def stand_ins(workload: str, facts: Mapping[str, Any]) -> list[str]:
             out.append(f"scikit-learn's 8×8 digits for {real}")
         elif GENERATED_FOLDER in text:
             out.append(f"generated images for {real}")
-    if workload == "style_transfer":
+    if declared.optimises_input:
         pictures = [facts.get("content"), *(facts.get("style") or [])]
         if any(isinstance(p, str) and p.startswith("generated:") for p in pictures):
             out.append("generated pictures for photos")
     return out
-
-
-def summary(rows: Iterable[tuple[str, Iterable[str]]], noun: str = "run") -> str | None:
-    """ "random VGG19 weights (style_transfer, 3 runs); …" over (workload, stand-ins) rows; None when none."""
-    counts: dict[str, dict[str, int]] = {}
-    for workload, items in rows:
-        for item in items:
-            counts.setdefault(item, {}).setdefault(workload, 0)
-            counts[item][workload] += 1
-    if not counts:
-        return None
-    parts = []
-    for item, per in counts.items():
-        runs = sum(per.values())
-        parts.append(f"{item} ({', '.join(per)}; {runs} {noun}{'s' if runs != 1 else ''})")
-    return "; ".join(parts)

@@ -19,7 +19,7 @@ import math
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from gpulab import paths
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
+from gpulab.workloads.registry import Workload
 from gpulab.workloads.tv import import_torchvision
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
@@ -688,3 +689,40 @@ class StyleTransferSession(StyleSessionBase):
 
 def build(cfg: RunConfig, device: str) -> StyleTransferSession:
     return StyleTransferSession(cfg, device)
+
+
+def study_references(fixed: Mapping[str, Any], varied: Collection[str]) -> list[tuple[str, str, Any]]:
+    """(label, source, image array) of the content and style images a study's runs share: its fixed content and
+    style, else the defaults; none for a reference the study varies (its report shows them)."""
+    out = []
+    for kind in ("content", "style"):
+        if kind in varied:
+            continue
+        given = fixed.get(kind)
+        items = given if isinstance(given, list) else [given]
+        for item in items:
+            try:
+                if isinstance(item, str):
+                    path = input_file(kind, item, IMAGE_HINT)
+                    assert path is not None
+                    out.append((kind, path.name, _load_image(path, kind)))
+                else:
+                    array, source = default_image(kind)
+                    out.append((kind, source, array))
+            except GpulabError:
+                out.append((kind, f"{item} (unreadable)", None))
+    return out
+
+
+WORKLOAD = Workload(
+    name="style_transfer",
+    sizes=SIZES,
+    torch="gpulab.workloads.style_transfer:build",
+    params=DEFAULTS,
+    tensorflow="gpulab.workloads.tf.style_transfer:build",
+    order=0,
+    optimises_input=True,
+    autocast=False,  # its Gram matrices and losses stay fp32: bf16 autocast would only add casts (TF32 instead)
+    imagenet_start="VGG19",
+    references="gpulab.workloads.style_transfer:study_references",
+)

@@ -53,7 +53,7 @@ class TorchBackend(Backend):
 
         cfg, builder = launch.cfg, launch.builder
         if launch.epochs is not None:
-            from gpulab.training.launch import run_epochs
+            from gpulab.launch.epoch_runs import run_epochs
 
             return run_epochs(launch)
         if launch.launcher == "cpu":

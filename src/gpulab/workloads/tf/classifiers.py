@@ -328,3 +328,20 @@ def build_resnet50(cfg: RunConfig, strategy: Any) -> TFClassifierSession:
         loss=_sparse_ce(), make_data=make_data,
         info={"image_hw": [crop, crop], "classes": classes, "learning_rate": lr},
     )  # fmt: skip
+
+
+def mnist_epoch_parts(cfg: RunConfig, r: Any) -> tuple[Any, Callable[[], Any]]:
+    """mnist's keras model and its own optimiser (Adadelta, or SGD) for `--framework tensorflow --epochs`."""
+    st = torch_mnist.settings(cfg)
+    return mnist_model(), lambda: mnist_optimizer(st.optimizer, st.lr)
+
+
+def resnet50_epoch_parts(cfg: RunConfig, r: Any) -> tuple[Any, Callable[[], Any]]:
+    """resnet50's keras model for the recipe's crop and classes, and its own SGD with momentum and weight decay."""
+    import keras
+
+    rs = torch_resnet50.settings(cfg)
+    model = resnet50_model(r.task.input_shape[1], r.task.classes)
+    return model, lambda: keras.optimizers.SGD(
+        learning_rate=rs.lr, momentum=rs.momentum, weight_decay=rs.weight_decay or None
+    )

@@ -21,7 +21,8 @@ from gpulab.launch.common import (
 )
 from gpulab.launch.spec import Launch, WorkerMessage
 from gpulab.report.model import Result
-from gpulab.training.epochs import EpochSpec, current_listener, train_epochs
+from gpulab.training.epochs import EpochSpec, current_listener
+from gpulab.training.loop import train_epochs
 from gpulab.workloads.base import RunConfig
 
 RECORD_FACTS = ("metric", "final_metric", "best_metric", "time_to_target_s", "data", "optimizer", "learning_rate")
@@ -128,7 +129,7 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
     from torch import nn
 
     from gpulab.launch.local import _sampling, dataparallel_on_gpu
-    from gpulab.training.recipes import recipe
+    from gpulab.workloads.recipes import recipe
 
     cfg, gpus = launch.cfg, launch.gpus
     on_gpu = dataparallel_on_gpu(gpus)

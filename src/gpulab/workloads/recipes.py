@@ -10,8 +10,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import DeviceAugment, OwnOptimizer, Task, data_root, digits_dataset
-
-EPOCH_WORKLOADS = ("mnist", "cifar10", "chexnet", "resnet50")
+from gpulab.workloads.registry import REGISTRY, load
 
 
 @dataclass
@@ -245,22 +244,16 @@ def chexnet(cfg: RunConfig, fraction: float) -> Recipe:
     )
 
 
-RECIPES: dict[str, Callable[[RunConfig, float], Recipe]] = {
-    "mnist": mnist,
-    "cifar10": cifar10,
-    "chexnet": chexnet,
-    "resnet50": resnet50,
-}
-
-
 def recipe(cfg: RunConfig, val_fraction: float) -> Recipe:
-    """The epoch-training parts of cfg.workload; style transfer (which optimises an image) has none."""
-    if cfg.workload == "style_transfer":
+    """The epoch-training parts of cfg.workload, as its registry entry names them; a workload that optimises an
+    input (style transfer's image) has none."""
+    workload = REGISTRY.get(cfg.workload)
+    if workload is not None and workload.optimises_input:
         raise GpulabError(
-            "style_transfer optimises one image, with no data set to go through: epochs do not apply; "
+            f"{cfg.workload} optimises one image, with no data set to go through: epochs do not apply; "
             "time it with --steps instead"
         )
-    make = RECIPES.get(cfg.workload)
-    if make is None:
-        raise GpulabError(f"epoch training knows {', '.join(EPOCH_WORKLOADS)}, not {cfg.workload!r}")
+    if workload is None or workload.recipe is None:
+        raise GpulabError(f"epoch training knows {', '.join(REGISTRY.names(epochs=True))}, not {cfg.workload!r}")
+    make: Callable[[RunConfig, float], Recipe] = load(workload.recipe, f"the epoch recipe of {cfg.workload}")
     return make(cfg, val_fraction)

@@ -20,6 +20,7 @@ from typing import Any
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
+from gpulab.workloads.registry import REGISTRY
 
 TENSOR_CORES_CC = 7.0  # Volta: the first tensor cores, and NHWC layouts that feed them
 FP16_FAST = 1.5  # fp16 counts as faster when its datasheet rate is at least this multiple of fp32's
@@ -58,14 +59,14 @@ class PrecisionPlan:
 
     def training(self, workload: str, framework: str = names.DEFAULT_FRAMEWORK) -> Choice:
         """The precision and memory layout `workload` trains in on this GPU under `framework`."""
-        channels_last = (
-            framework == names.DEFAULT_FRAMEWORK and workload != "mnist" and self.compute_capability >= TENSOR_CORES_CC
-        )
+        declared = REGISTRY.get(workload)
+        gains, autocast = (declared.channels_last_gains, declared.autocast) if declared else (True, True)
+        channels_last = framework == names.DEFAULT_FRAMEWORK and gains and self.compute_capability >= TENSOR_CORES_CC
         if self.has("bf16"):
-            if workload == "style_transfer":
+            if not autocast:
                 return Choice("tf32", channels_last, "TF32: its Gram matrices and losses stay fp32")
             return Choice("bf16", channels_last, f"bf16 autocast ({self.architecture} has bf16 tensor cores)")
-        if workload == "style_transfer":
+        if not autocast:
             return Choice("fp32", channels_last, f"fp32: its losses need fp32 and {self.architecture} has no TF32")
         if framework != names.DEFAULT_FRAMEWORK:
             return Choice("fp32", channels_last, f"fp32: {framework} rows offer no fp16 loss scaling here")

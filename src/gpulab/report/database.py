@@ -1,4 +1,4 @@
-"""A study's database on disk: read from data, never from code, and written whole or not at all.
+"""A psweep database on disk (a study's or a sweep's): read from data, never from code, written whole or not at all.
 
 `database.json` (a list of rows, psweep's `records` layout) is the study's record; `database.pk` is psweep's
 pickle of the same rows, written beside it for psweep's own tools and never read back here: unpickling a file runs
@@ -32,7 +32,7 @@ TRUST = "pass --trust-pickles if you or someone you trust wrote this directory (
 
 def _cell(value: Any) -> Any:
     """A cell as JSON: NA/NaN/NaT as null, timestamps as text, numpy values as Python's."""
-    from gpulab.launch.common import jsonable
+    from gpulab.report.io import jsonable
 
     try:
         import pandas as pd
