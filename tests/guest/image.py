@@ -332,11 +332,42 @@ def unpack_root(dest: Path) -> Path:
 
 @contextlib.contextmanager
 def fresh_root(root: Path) -> Iterator[Path]:
-    """A fresh Debian 12 root unpacked at `root`, with /proc, /sys, /dev, /dev/pts, resolv.conf and the shared apt
-    archive cache mounted; unmounted and deleted afterwards."""
+    """A fresh Debian 12 root unpacked at `root`, with /proc, /sys, /dev, /dev/pts and resolv.conf mounted and its
+    apt archive seeded from the shared cache (seeded_archives); unmounted and deleted afterwards."""
     try:
         unpack_root(root)
-        with chroot_mounts(root, apt_cache=apt_archive_cache()):
+        with chroot_mounts(root), seeded_archives(root):
             yield root
     finally:
         remove_root(root)
+
+
+@contextlib.contextmanager
+def seeded_archives(root: Path) -> Iterator[None]:
+    """The root's own apt archive, seeded with hard links to every .deb the shared cache holds; what its apt
+    downloaded goes back into the cache afterwards, each file renamed into place whole. Roots never share apt's
+    archive lock, so tests on several pytest workers install into roots at once and still download a package once."""
+    cache = apt_archive_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    archives = root / "var/cache/apt/archives"
+    (archives / "partial").mkdir(parents=True, exist_ok=True)
+    for deb in cache.glob("*.deb"):
+        _link_or_copy(deb, archives / deb.name)
+    try:
+        yield
+    finally:
+        for deb in archives.glob("*.deb"):  # complete files only: apt downloads into partial/
+            dest = cache / deb.name
+            if not dest.exists():
+                staged = cache / f".{deb.name}.{os.getpid()}.tmp"
+                _link_or_copy(deb, staged)
+                os.replace(staged, dest)
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    try:
+        os.link(src, dest)
+    except FileExistsError:
+        pass
+    except OSError:  # another filesystem
+        shutil.copy2(src, dest)
