@@ -170,6 +170,19 @@ class DriverLifecycle:
 
 
 @dataclass(frozen=True)
+class RepoNaming:
+    """How NVIDIA's apt repositories name a driver branch's packages, from `first_branch` on; `{branch}` in a name is
+    the branch number."""
+
+    first_branch: str
+    driver: dict[str, str]  # kernel modules (open, proprietary) -> the driver's meta package
+    fabricmanager: str
+    persistenced: str
+    pinning: str | None
+    source: str
+
+
+@dataclass(frozen=True)
 class Matrix:
     gpus: tuple[GpuSpec, ...]
     cuda: tuple[CudaRelease, ...]
@@ -180,6 +193,7 @@ class Matrix:
     profiles: tuple[Profile, ...]
     operating_systems: tuple[OperatingSystem, ...]
     lifecycle: tuple[DriverLifecycle, ...] = ()
+    repo_packages: tuple[RepoNaming, ...] = ()
 
 
 class _Entry:
@@ -451,6 +465,23 @@ def _lifecycle(e: _Entry) -> DriverLifecycle:
     return DriverLifecycle(branch=e.text("branch"), designation=designation, support_end=end, source=e.text("source"))
 
 
+def _repo_naming(e: _Entry) -> RepoNaming:
+    driver = e._get("driver", (dict,))
+    if sorted(driver) != ["open", "proprietary"] or not all(isinstance(v, str) and v for v in driver.values()):
+        raise GpulabError(f"matrix.yml: {e.where}.driver must map open and proprietary to package names.")
+    first = e.text("first_branch")
+    if not re.match(r"^R\d+$", first):
+        raise GpulabError(f"matrix.yml: {e.where}.first_branch={first!r} must look like 'R580'.")
+    return RepoNaming(
+        first_branch=first,
+        driver=dict(driver),
+        fabricmanager=e.text("fabricmanager"),
+        persistenced=e.text("persistenced"),
+        pinning=e.opt_text("pinning"),
+        source=e.text("source"),
+    )
+
+
 def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
     node: Any = raw
     for part in path.split("."):
@@ -494,6 +525,7 @@ def parse_matrix(raw: Any) -> Matrix:
         profiles=_section(raw, "profiles", _profile),
         operating_systems=_section(raw, "operating_systems", _operating_system),
         lifecycle=_section(raw, "driver_lifecycle", _lifecycle),
+        repo_packages=_section(raw, "nvidia_repository_packages", _repo_naming),
     )
     for items, attr, name in (
         (matrix.gpus, "name", "gpus"),

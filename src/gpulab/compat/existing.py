@@ -67,9 +67,9 @@ def _plain(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0].split("~", 1)[0]
 
 
-# Names only NVIDIA's repository uses (its open-module meta packages; not nvidia-opencl-* or nvidia-openjdk-*, which
-# Debian's CUDA toolkit brings).
-_NVIDIA_ONLY = re.compile(r"^(cuda-drivers.*|nvidia-open(-\d+)?)$")
+# Names only NVIDIA's repository uses (its open-module meta packages and, from R580, its branch pinning packages; not
+# nvidia-opencl-* or nvidia-openjdk-*, which Debian's CUDA toolkit brings).
+_NVIDIA_ONLY = re.compile(r"^(cuda-drivers.*|nvidia-open(-\d+)?|nvidia-driver-pinning-\d+)$")
 
 
 def _package_packaging(pkg: dict[str, Any]) -> str:
@@ -81,7 +81,9 @@ def _package_packaging(pkg: dict[str, Any]) -> str:
 
 def installed_driver(facts: dict[str, Any]) -> tuple[str | None, str]:
     """(the driver version in place, its packaging) from driver_facts' answer."""
-    packages = [p for p in facts.get("packages", []) if _VERSIONED.match(p["name"]) and not _NOT_DRIVER.match(p["name"])]
+    packages = [
+        p for p in facts.get("packages", []) if _VERSIONED.match(p["name"]) and not _NOT_DRIVER.match(p["name"])
+    ]
     runfile = facts.get("runfile") or None
     # NVIDIA's repository packages depend on some of the distribution's (libraries by Debian's names): one packaging,
     # NVIDIA's, where any of its packages is there. A runfile install beside packages is two drivers.
