@@ -89,7 +89,7 @@ def test_an_os_the_roles_do_not_provision_is_refused():
     _, problems = resolve(
         Request(gpus=[{"pci_id": GPUS["P100"]}], distribution="Debian", distribution_version="10", cudnn_wheels=PINS)
     )
-    assert problems[0] == "[os] Debian 10 is not a release the roles support (11, 12). Fix: use Debian 12."
+    assert problems[0] == "[os] Debian 10 is not a release the roles support (11, 12, 13). Fix: use Debian 13."
     _, problems = resolve(Request(gpus=[], distribution="Fedora", distribution_version="40"))
     assert problems == [
         "[os] Fedora 40 is not supported by gpulab's provisioning roles. Fix: use Debian 11/12 or "
@@ -117,7 +117,7 @@ ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/meta/main.
 
 
 def test_the_supported_releases_come_from_the_matrix():
-    assert platforms.supported_releases() == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
+    assert platforms.supported_releases() == {"Debian": ("11", "12", "13"), "Ubuntu": ("20.04", "22.04", "24.04")}
     assert {o.os for o in platforms.provisioned()} == {
         f"{family.lower()}{release}"
         for family, releases in platforms.supported_releases().items()

@@ -165,7 +165,7 @@ def test_a_refusal_no_source_can_mend_says_where_it_would_work():
     assert problems == [
         "[driver] NVIDIA's repository for Debian 11 has no driver for NVIDIA B200: it has R495–R560, and NVIDIA B200 "
         "needs driver >= 570.133.20. Fix: no source gpulab installs from delivers a stack for these GPUs on Debian "
-        "11; Debian 12, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04 would."
+        "11; Debian 13, Debian 12, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04 would."
     ]
 
 
@@ -265,7 +265,7 @@ def test_every_source_combination_delivers_or_names_a_switch_that_does(os_name, 
 
 # -- what the sources carry, and the roles' side ----------------------------------------------------------------
 def test_the_operating_systems_the_roles_provision_come_from_the_matrix():
-    assert platforms.supported_releases() == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
+    assert platforms.supported_releases() == {"Debian": ("11", "12", "13"), "Ubuntu": ("20.04", "22.04", "24.04")}
     debian12 = platforms.operating_system("Debian 12")
     assert debian12 is not None and debian12.os == "debian12"
     assert [b.branch for b in platforms.archive_branches(debian12)] == ["R470", "R535"]
@@ -315,8 +315,8 @@ def test_the_legacy_profile_is_refused_on_every_provisioned_os(os_name):
     )  # type: ignore[union-attr]
     assert "driver 410.79 (R410) is not available" in refusal[0] and "CUDA 9.0 is not available" in refusal[0]
     assert (
-        "No OS gpulab provisions (Debian 12, Debian 11, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04) carries it."
-        in (refusal[0])
+        "No OS gpulab provisions (Debian 13, Debian 12, Debian 11, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04) "
+        "carries it." in (refusal[0])
     )
     assert refusal[0].endswith(
         "Fix: use gpulab_profile: auto (the newest stack this host's sources deliver); `gpulab matrix show "
@@ -327,4 +327,9 @@ def test_the_legacy_profile_is_refused_on_every_provisioned_os(os_name):
     archive_cuda = platforms.operating_system(os_name).cuda[0].version  # type: ignore[union-attr]
     _, problems = preflight(os_name, "P100", legacy, profile="legacy-2018", driver="535", cuda=archive_cuda)
     assert not [p for p in problems if p.startswith("[profile] ")], problems
-    assert [o.os for o in delivery.profile_installable_on("modern")] == ["debian12", "ubuntu24.04", "ubuntu22.04"]
+    assert [o.os for o in delivery.profile_installable_on("modern")] == [
+        "debian13",
+        "debian12",
+        "ubuntu24.04",
+        "ubuntu22.04",
+    ]
