@@ -43,6 +43,7 @@ COMBINATIONS = [
     for c in itertools.product(delivery.DRIVER_SOURCES, delivery.CUDA_SOURCES, delivery.CUDNN_SOURCES)
 ]
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
+ARCHIVE = {"driver": "distro"}
 
 
 def preflight(os_name: str, gpu: str, sources: dict[str, str] | None = None, **stack: object):
@@ -73,7 +74,8 @@ def switch_in(problem: str) -> dict[str, str]:
     return {names[v]: s for v, s in re.findall(r"(\w+_source): (\w+)", fix.split(" (", 1)[0])}
 
 
-# -- the decision for the default sources (the roles' defaults: distro, distro, wheel) ------------------------------
+# -- the decision for the archives' sources (distro, distro, wheel; the driver's default, auto, is decided in
+# tests/test_driver_source_auto.py) --------------------------------------------------------------------------------
 # OS, GPU -> (driver, CUDA, cuDNN) the host gets, or (refused part, the source switch the refusal names).
 DEFAULT_TABLE = {
     ("debian12", "P100"): ("535", "11.8", "9.10"),
@@ -136,7 +138,7 @@ NVIDIA_TABLE = {
 
 
 @pytest.mark.parametrize(
-    ("table", "sources"), [(DEFAULT_TABLE, {}), (NVIDIA_TABLE, NVIDIA)], ids=["defaults", "nvidia"]
+    ("table", "sources"), [(DEFAULT_TABLE, ARCHIVE), (NVIDIA_TABLE, NVIDIA)], ids=["archive", "nvidia"]
 )
 def test_the_decision_table(table, sources):
     assert set(table) == set(itertools.product(OSES, GPUS))
@@ -152,7 +154,7 @@ def test_the_decision_table(table, sources):
 
 
 def test_the_refusal_for_an_h200_on_debian_12_names_the_driver_source():
-    _, problems = preflight("debian12", "H200")
+    _, problems = preflight("debian12", "H200", ARCHIVE)
     assert problems == [
         "[driver] Debian 12's archive has no driver for NVIDIA H200: it packages R535, R470, and NVIDIA H200 needs "
         "driver >= 550.54.14. Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it), "
@@ -300,7 +302,7 @@ def test_the_preflight_reads_the_roles_sources_with_their_defaults():
 
 def test_unknown_sources_are_refused_by_name():
     _, problems = preflight("debian12", "P100", {"driver": "ppa"})
-    assert problems == ["[sources] nvidia_driver_source is 'ppa'. Fix: use one of distro, cuda_repo, runfile."]
+    assert problems == ["[sources] nvidia_driver_source is 'ppa'. Fix: use one of auto, distro, cuda_repo, runfile."]
 
 
 # -- the 2018 stack ----------------------------------------------------------------------------------------------

@@ -293,7 +293,9 @@ def _add_resolve(msub: Any) -> None:
     for component, flag in _SOURCE_FLAGS.items():
         res.add_argument(
             flag,
-            choices=delivery.CHOICES[component],
+            choices=(resolve.AUTO, *delivery.CHOICES[component])
+            if component == "driver"
+            else delivery.CHOICES[component],
             help=f"{resolve.SOURCE_VARS[component]} (default {resolve.DEFAULT_SOURCES[component]})",
         )
     res.add_argument(
@@ -421,6 +423,8 @@ def _target_lines(target: resolve.TargetStack) -> list[str]:
         ("python", target["python"] or "-"),
         ("sources", ", ".join(f"{c} {s}" for c, s in target["sources"].items())),
     ]
+    if target.get("driver_source_note"):
+        rows.append(("note", str(target["driver_source_note"])))
     return [f"  {key:<11} {value}" for key, value in rows]
 
 
