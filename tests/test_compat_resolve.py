@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from gpulab.compat import delivery, platforms
+from gpulab.compat.data import cudnn_wheel_pins
 from gpulab.compat.resolve import DEFAULT_SOURCES, SOURCE_VARS, Request, Resolution, resolve, summary
 from playbook import REPO
 
-PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
 ARCHIVE = {**DEFAULT_SOURCES, "driver": "distro"}  # the driver's default, auto, is decided in test_driver_source_auto
 GPUS = {"P100": "10de:15f8", "V100": "10de:1db5", "A100": "10de:20b2", "H200": "10de:2335", "B200": "10de:2901"}
@@ -170,12 +171,13 @@ def test_cli_resolves_a_host_as_json():
 
 
 def test_cli_refusal_exits_1_listing_the_problems():
-    proc = gpulab("--gpu", "H200", "--os", "debian12", "--cudnn-wheel", "9.10-cu12", "--json")
+    archive = ("--driver-source", "distro")  # Debian's archive has no driver for an H200
+    proc = gpulab("--gpu", "H200", "--os", "debian12", *archive, "--cudnn-wheel", "9.10-cu12", "--json")
     assert proc.returncode == 1
     out = json.loads(proc.stdout)
     assert out["ok"] is False and out["summary"] is None
     assert out["problems"][0].startswith("[driver] ")
-    text = gpulab("--gpu", "H200", "--os", "debian12")
+    text = gpulab("--gpu", "H200", "--os", "debian12", *archive)
     assert text.returncode == 1 and text.stdout.startswith("REFUSED: ") and "  fix: set " in text.stdout
 
 

@@ -10,10 +10,11 @@ import sys
 
 import yaml
 
+from gpulab.compat.data import cudnn_wheel_pins
 from gpulab.compat.resolve import Request, resolve
 from playbook import REPO
 
-PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 P100, H100, H200 = "10de:15f8", "10de:2330", "10de:2335"
 AFTER_R535 = "2026-11-26"  # R535's support ended in 2026-06
 BEFORE_R535_END = "2026-05-01"

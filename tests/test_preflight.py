@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
+from gpulab.compat.data import cudnn_wheel_pins
 from gpulab.compat.resolve import Request, resolve, summary
 from playbook import REPO, ansible_env, ansible_playbook
 from provision.files import tree_state
@@ -27,7 +27,7 @@ GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
 CAPTURE = REPO / "tests" / "fixtures" / "h200x4-firecracker" / "sysfs-nvidia-pci.txt"
 P100, V100, H200, B200 = "10de:15f8", "10de:1db5", "10de:2335", "10de:2901"
 # The inventory's cuDNN wheel pins and the roles' default sources, as a run with the default inventory has them.
-PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
 
 

@@ -13,13 +13,12 @@ import yaml
 
 from gpulab.compat import check_stack, delivery, platforms, versions
 from gpulab.compat.check import Stack
-from gpulab.compat.data import load_matrix
+from gpulab.compat.data import cudnn_wheel_pins, load_matrix
 from gpulab.compat.gpus import gpu_by_pci_id
 from gpulab.compat.resolve import SOURCE_VARS, Request, resolve
 from playbook import REPO
 
-GROUP_VARS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
-PINS = GROUP_VARS["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 GPUS = {
     "P100": "10de:15f8",  # Pascal
     "V100": "10de:1db5",  # Volta
@@ -297,7 +296,10 @@ def test_the_preflight_reads_the_roles_sources_with_their_defaults():
         role_default = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[var]
         assert defaults["gpulab_preflight_sources"][component] == f"{{{{ {var} | default('{role_default}') }}}}"
         assert SOURCE_VARS[component] == var
-    assert defaults["gpulab_preflight_cudnn_wheels"] == "{{ cudnn_wheels | default({}) }}"
+    assert (
+        defaults["gpulab_preflight_cudnn_wheels"]
+        == "{{ cudnn_wheels | default(lookup('gpulab.provision.matrix', 'cudnn_wheels')) }}"
+    )
 
 
 def test_unknown_sources_are_refused_by_name():

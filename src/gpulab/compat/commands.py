@@ -13,7 +13,7 @@ from rich.table import Table
 
 from gpulab.compat import delivery, platforms, resolve, versions
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
-from gpulab.compat.data import GpuSpec
+from gpulab.compat.data import GpuSpec, cudnn_wheel_pins
 from gpulab.compat.delivery import profile_installable_on
 from gpulab.compat.gpus import all_gpus, normalize_pci_id, resolve_gpu
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
@@ -386,7 +386,9 @@ def _resolve_request(args: argparse.Namespace) -> resolve.Request:
         chosen = getattr(args, flag.lstrip("-").replace("-", "_"))
         if chosen:
             sources[component] = chosen
-    wheels = dict(given.get("cudnn_wheels") or {}) | {key: {} for key in args.cudnn_wheel or []}
+    # The roles' default pins (the matrix's) unless --vars or --cudnn-wheel name the inventory's own.
+    pinned = given.get("cudnn_wheels") if ("cudnn_wheels" in given or args.cudnn_wheel) else cudnn_wheel_pins()
+    wheels = dict(pinned or {}) | {key: {} for key in args.cudnn_wheel or []}
     archives = dict(given.get("cudnn_archives") or {}) | {key: {} for key in args.cudnn_archive or []}
     return resolve.Request(
         gpus=gpus,
