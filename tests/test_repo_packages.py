@@ -9,6 +9,7 @@ rendered from the role's template, so a wrong name or a branch that leaks fails 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -22,14 +23,6 @@ from gpulab.compat.repo_packages import nvidia_repo_packages
 from guest import prereq
 from playbook import REPO
 from provision.driver_stand_ins import NVIDIA_REPO_STANZAS, nvidia_repo_stand_ins
-
-if str(REPO / "collections") not in sys.path:
-    sys.path.insert(0, str(REPO / "collections"))
-
-from ansible.errors import AnsibleFilterError
-from ansible_collections.gpulab.provision.plugins.filter.repo_packages import (
-    nvidia_repo_packages as repo_filter,
-)
 
 ROLE = REPO / "roles/nvidia_driver"
 RELEASE = {"535": "535.261.03", "580": "580.95.05", "590": "590.48.01"}
@@ -72,9 +65,22 @@ def test_a_branch_older_than_nvidia_s_naming_or_a_bad_input_is_one_clear_line():
         nvidia_repo_packages("418", "proprietary")
     with pytest.raises(ValueError, match="must be open or proprietary"):
         nvidia_repo_packages("580", "opensource")
-    with pytest.raises(AnsibleFilterError, match="is not a number like 580"):
-        repo_filter("", "open")
-    assert repo_filter(580, "proprietary")["pinning"] == ["nvidia-driver-pinning-580"]
+    # The filter the role calls, in a child process: importing Ansible patches this interpreter's sys.intern, which
+    # torch's compiler refuses later in the session.
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "from ansible.errors import AnsibleFilterError;"
+        "from ansible_collections.gpulab.provision.plugins.filter.repo_packages import nvidia_repo_packages as f;"
+        "out = {'names': f(580, 'proprietary')}\n"
+        "try:\n    f('', 'open')\nexcept AnsibleFilterError as err:\n    out['error'] = str(err)\n"
+        "print(json.dumps(out))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(REPO / "collections")], capture_output=True, text=True, check=True
+    )
+    out = json.loads(proc.stdout)
+    assert out["names"]["pinning"] == ["nvidia-driver-pinning-580"]
+    assert "is not a number like 580" in out["error"]
 
 
 def test_the_role_takes_nvidia_s_names_from_the_matrix_only():
