@@ -21,8 +21,9 @@ import yaml
 
 from gpulab.compat.repo_packages import nvidia_repo_packages
 from guest import prereq
-from playbook import REPO
+from playbook import REPO, ansible_playbook
 from provision.driver_stand_ins import NVIDIA_REPO_STANZAS, nvidia_repo_stand_ins
+from provision.inventory import require_ansible
 
 ROLE = REPO / "roles/nvidia_driver"
 RELEASE = {"535": "535.261.03", "580": "580.95.05", "590": "590.48.01"}
@@ -177,3 +178,37 @@ def test_unpinned_the_branch_meta_package_pulls_the_next_branch(nvidia_repo, tmp
     run = simulate(nvidia_repo, tmp_path, "580", ["cuda-drivers-580"], pinned=False)
     assert run.returncode == 0, run.stdout[-2000:]
     assert re.search(r"^Inst nvidia-kernel-dkms \(590\.", run.stdout, re.MULTILINE)
+
+
+def test_the_role_renders_the_names_for_each_branch(tmp_path):
+    """nvidia_driver's own variables, rendered by Ansible for R535, R580 and R590 (open and proprietary)."""
+    require_ansible()
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
+    )
+    tasks = [{"ansible.builtin.include_vars": {"file": str(ROLE / "vars/main.yml")}}]
+    for version in ("535.261.03", "580.95.05", "590.48.01"):
+        for modules in ("open", "proprietary"):
+            tasks.append(
+                {
+                    "ansible.builtin.copy": {
+                        "content": "{{ {'driver': _nvidia_driver_repo_packages[nvidia_driver_kernel_modules], "
+                        "'pinning': _nvidia_driver_repo_pinning, 'fabricmanager': _nvidia_driver_repo_fabricmanager, "
+                        "'persistenced': _nvidia_driver_repo_persistenced} | to_json }}",
+                        "dest": str(tmp_path / f"{version}-{modules}.json"),
+                        "mode": "0644",
+                    },
+                    "vars": {"nvidia_driver_version": version, "nvidia_driver_kernel_modules": modules},
+                }
+            )
+    play = [{"name": "names", "hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    extra = json.dumps({"ansible_python_interpreter": sys.executable})
+    run = ansible_playbook(tmp_path / "play.yml", tmp_path / "hosts.yml", "-e", extra, timeout=300)
+    assert run.rc == 0, run.explain()
+    for version in ("535.261.03", "580.95.05", "590.48.01"):
+        for modules in ("open", "proprietary"):
+            rendered = json.loads((tmp_path / f"{version}-{modules}.json").read_text())
+            names = nvidia_repo_packages(version, modules)
+            assert rendered == {k: names[k] for k in ("driver", "pinning", "fabricmanager", "persistenced")}
+    assert json.loads((tmp_path / "580.95.05-open.json").read_text())["fabricmanager"] == ["nvidia-fabricmanager"]
