@@ -36,14 +36,19 @@ def plan(pci_id: str, os: str, today: str, **sources: str):
     )
 
 
+def test_a_hopper_on_debian_13_gets_the_long_term_branch_too():
+    target, problems = plan(H100, "debian13", AFTER_R535)
+    assert problems == [] and target["driver"] == "580.95.05" and target["kernel_modules"] == "open"
+
+
 def test_debian_13_takes_r580_from_nvidia_s_repository_saying_why():
     target, problems = plan(P100, "debian13", AFTER_R535)
     assert problems == []
     assert target["sources"]["driver"] == "cuda_repo" and target["driver"] == "580.95.05"
     assert target["cuda"] == ["12.4"] and target["sources"]["cuda"] == "distro"  # Debian 13's own toolkit
     assert target["driver_source_note"] == (
-        "the driver comes from NVIDIA's repository (it has R580, long-term, supported until 2028-06): Debian 13's "
-        "archive would give R550, and R550 is not a long-term branch; set nvidia_driver_source: distro for it."
+        "the driver comes from NVIDIA's repository (R580, long-term, supported until 2028-06): Debian 13's archive "
+        "would give R550, and R550 is not a long-term branch; set nvidia_driver_source: distro for it."
     )
 
 
@@ -64,7 +69,8 @@ def test_an_archive_with_a_supported_long_term_branch_is_kept():
 
 def test_a_gpu_the_archive_cannot_drive_gets_nvidia_s_repository_instead_of_a_refusal():
     target, problems = plan(H200, "debian12", AFTER_R535)
-    assert problems == [] and target["sources"]["driver"] == "cuda_repo"
+    # The long-term branch, not the repository's newest (R595, a production branch).
+    assert problems == [] and target["sources"]["driver"] == "cuda_repo" and target["driver"] == "580.95.05"
     assert "Debian 12's archive has no driver for this plan" in target["driver_source_note"]
 
 
@@ -94,4 +100,4 @@ def test_gpulab_matrix_resolve_shows_the_choice():
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "from driver cuda_repo, cuda distro, cudnn wheel" in proc.stdout
-    assert "  note        the driver comes from NVIDIA's repository (it has R580" in proc.stdout
+    assert "  note        the driver comes from NVIDIA's repository (R580" in proc.stdout

@@ -263,31 +263,30 @@ def _offers(osr: OperatingSystem, source: str, driver: str) -> bool:
 
 def _auto_driver_source(
     ctx: _Context, models: list[GpuSpec], driver: str | None, cudas: list[str] | None, today: datetime.date
-) -> tuple[Sources, str | None]:
+) -> tuple[Sources, str | None, str | None]:
     """The driver source `auto` stands for on this host: the archive unless its plan is past its end of life, not
-    long-term or missing, and NVIDIA's repository delivers a supported long-term branch (then why, in one line)."""
+    long-term or missing, and NVIDIA's repository delivers a supported long-term branch (then why, in one line, and
+    the release to plan)."""
     osr = ctx.osr
     if osr is None:
-        return ctx.sources, None
+        return ctx.sources, None, None
     archive: Delivered | Shortfall | None = None
     if driver is None or _offers(osr, "distro", driver):
         archive = delivery.pick(models, osr, ctx.sources, driver=driver, cudas=cudas)
     if isinstance(archive, Delivered) and _supported_long_term(versions.major(archive.driver), today):
-        return ctx.sources, None
+        return ctx.sources, None, None
     repo_sources = ctx.sources.switched({"driver": "cuda_repo"})
-    # NVIDIA's repository: the requested driver, or its newest supported long-term branch for these GPUs.
-    lts = sorted(
-        (int(x.branch[1:]) for x in load_matrix().lifecycle if _supported_long_term(int(x.branch[1:]), today)),
-        reverse=True,
-    )
+    # NVIDIA's repository: the requested driver, or the release of its newest supported long-term branch that
+    # delivers a stack for these GPUs (newest first).
+    lts = [r for b, r in delivery.drivers_from(osr, "cuda_repo") if _supported_long_term(b.number, today)]
     repo: Delivered | Shortfall | None = None
-    for candidate in [driver] if driver else [str(b) for b in lts]:
+    for candidate in [driver] if driver else lts:
         if _offers(osr, "cuda_repo", candidate):
             repo = delivery.pick(models, osr, repo_sources, driver=candidate, cudas=cudas)
             if isinstance(repo, Delivered):
                 break
     if not isinstance(repo, Delivered) or not _supported_long_term(versions.major(repo.driver), today):
-        return ctx.sources, None  # the archive's plan stands: refused, or warned about past its end
+        return ctx.sources, None, None  # the archive's plan stands: refused, or warned about past its end
     chosen = versions.major(repo.driver)
     end = lifecycle.lifecycle(chosen).support_end  # type: ignore[union-attr]
     if isinstance(archive, Delivered):
@@ -298,26 +297,26 @@ def _auto_driver_source(
     else:
         why = f"has no driver for this plan ({archive.reason.rstrip('.')})"
     note = (
-        f"the driver comes from NVIDIA's repository (it has R{chosen}, long-term, supported until {end}): "
-        f"{osr.archive} {why}."
+        f"the driver comes from NVIDIA's repository (R{chosen}, long-term, supported until {end}): {osr.archive} {why}."
     )
-    return repo_sources, note
+    return repo_sources, note, repo.driver
 
 
 def _auto_choice(
     ctx: _Context, profile_name: str, models: list[GpuSpec], overrides: dict[str, str], today: datetime.date
-) -> str | None:
-    """Settle `auto` for the driver (ctx.sources switched in place); the note when NVIDIA's repository was taken."""
+) -> tuple[str | None, str | None]:
+    """Settle `auto` for the driver (ctx.sources switched in place); the note and the long-term release when
+    NVIDIA's repository was taken."""
     name = (profile_name or "none").strip().lower()
     driver = overrides.get("driver")
     try:
         if name not in ("auto", "none"):
             driver = driver or profile(name).driver
         cudas = [versions.cuda_version(c) for c in _cuda_items(overrides.get("cuda"))] or None
-        ctx.sources, note = _auto_driver_source(ctx, models, driver, cudas, today)
+        ctx.sources, note, release = _auto_driver_source(ctx, models, driver, cudas, today)
     except Exception:  # an unknown profile or malformed versions: refused below with their own reasons
-        return None
-    return note
+        return None, None
+    return note, release
 
 
 def _base_stack(
@@ -494,9 +493,13 @@ def resolve(req: Request) -> Resolution:
     # The frameworks' venv is built from the host's Python unless the inventory names another one.
     python = overrides.get("python") or req.host_python
     driver_source_note = None
+    planned = overrides
     if auto_driver and models and not ctx.sources.invalid():
-        driver_source_note = _auto_choice(ctx, req.profile, models, overrides, today)
-    stack: dict[str, Any] = _base_stack(ctx, req.profile, models, overrides, python)
+        driver_source_note, release = _auto_choice(ctx, req.profile, models, overrides, today)
+        if release and "driver" not in overrides and (req.profile or "").strip().lower() == "auto":
+            # NVIDIA's repository was taken for its long-term branch: the plan is that branch, not its newest.
+            planned = {**overrides, "driver": release}
+    stack: dict[str, Any] = _base_stack(ctx, req.profile, models, planned, python)
     refused = bool(stack.pop("refused", False))  # the plan or the profile is refused already, with its reason
     stack.update(overrides)
     stack["python"] = python
