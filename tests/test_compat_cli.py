@@ -53,7 +53,7 @@ def test_check_profile_with_override(capsys):
     assert _run(["matrix", "check", "--profile", "legacy-2018"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("OK: ") and "os=ubuntu16.04" in out
-    assert "note: gpulab cannot provision it: no OS its roles provision (Debian 12, Debian 11, Ubuntu 24.04" in out
+    assert "note: gpulab cannot provision it: no OS its roles provision (Debian 13, Debian 12, Debian 11, Ubuntu" in out
     assert _run(["matrix", "check", "--profile", "legacy-2018", "--os", "ubuntu18.04"]) == 1
     assert "[os]" in capsys.readouterr().out
 
@@ -110,7 +110,7 @@ def test_show(capsys):
     assert "legacy-2018" in out and "OK: " in out and "410.79" in out
     assert "gpulab cannot provision it" in out and "run this stack in an Ubuntu 16.04 container" in out
     assert _run(["matrix", "show", "modern"]) == 0
-    assert "note: gpulab provisions it on: Debian 12, Ubuntu 24.04, Ubuntu 22.04" in capsys.readouterr().out
+    assert "note: gpulab provisions it on: Debian 13, Debian 12, Ubuntu 24.04, Ubuntu 22.04" in capsys.readouterr().out
 
 
 def test_via_gpulab_main(capsys):

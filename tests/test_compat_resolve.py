@@ -13,11 +13,13 @@ import pytest
 import yaml
 
 from gpulab.compat import delivery, platforms
+from gpulab.compat.data import cudnn_wheel_pins
 from gpulab.compat.resolve import DEFAULT_SOURCES, SOURCE_VARS, Request, Resolution, resolve, summary
 from playbook import REPO
 
-PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
+ARCHIVE = {**DEFAULT_SOURCES, "driver": "distro"}  # the driver's default, auto, is decided in test_driver_source_auto
 GPUS = {"P100": "10de:15f8", "V100": "10de:1db5", "A100": "10de:20b2", "H200": "10de:2335", "B200": "10de:2901"}
 
 
@@ -42,7 +44,7 @@ def host(
 
 # -- the decision, by GPU generation and OS ---------------------------------------------------------------------
 def test_a_pascal_gpu_on_debian_12_gets_the_archives_stack():
-    res = host("P100")
+    res = host("P100", sources=ARCHIVE)
     assert res.ok and res.problems == []
     target = res.target
     assert (target["driver"], target["kernel_modules"], target["cuda"]) == ("535", "proprietary", ["11.8"])
@@ -67,7 +69,7 @@ def test_a_hopper_gpu_from_nvidias_repository_gets_open_modules_and_cuda_12_or_n
 
 
 def test_a_hopper_gpu_from_debians_archive_is_refused_naming_the_source_to_switch_to():
-    target, problems = host("H200")
+    target, problems = host("H200", sources=ARCHIVE)
     assert len(problems) == 1 and problems[0].startswith("[driver] ")
     assert "nvidia_driver_source: cuda_repo" in problems[0]
     assert target["driver_branch"] is None  # not meaningful when refused
@@ -89,10 +91,10 @@ def test_an_os_the_roles_do_not_provision_is_refused():
     _, problems = resolve(
         Request(gpus=[{"pci_id": GPUS["P100"]}], distribution="Debian", distribution_version="10", cudnn_wheels=PINS)
     )
-    assert problems[0] == "[os] Debian 10 is not a release the roles support (11, 12). Fix: use Debian 12."
+    assert problems[0] == "[os] Debian 10 is not a release the roles support (11, 12, 13). Fix: use Debian 13."
     _, problems = resolve(Request(gpus=[], distribution="Fedora", distribution_version="40"))
     assert problems == [
-        "[os] Fedora 40 is not supported by gpulab's provisioning roles. Fix: use Debian 11/12 or "
+        "[os] Fedora 40 is not supported by gpulab's provisioning roles. Fix: use Debian 11/12/13 or "
         "Ubuntu 20.04/22.04/24.04."
     ]
 
@@ -117,7 +119,7 @@ ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/meta/main.
 
 
 def test_the_supported_releases_come_from_the_matrix():
-    assert platforms.supported_releases() == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
+    assert platforms.supported_releases() == {"Debian": ("11", "12", "13"), "Ubuntu": ("20.04", "22.04", "24.04")}
     assert {o.os for o in platforms.provisioned()} == {
         f"{family.lower()}{release}"
         for family, releases in platforms.supported_releases().items()
@@ -135,10 +137,12 @@ def test_the_roles_source_choices_are_the_packages():
     for component, var in SOURCE_VARS.items():
         role = {"driver": "nvidia_driver", "cuda": "cuda_toolkit", "cudnn": "cudnn"}[component]
         spec = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
-        assert set(spec["argument_specs"]["main"]["options"][var]["choices"]) == set(delivery.CHOICES[component])
+        auto = {"auto"} if component == "driver" else set()
+        assert set(spec["argument_specs"]["main"]["options"][var]["choices"]) == set(delivery.CHOICES[component]) | auto
     spec = yaml.safe_load((REPO / "roles" / "gpulab_preflight" / "meta" / "argument_specs.yml").read_text())
     options = spec["argument_specs"]["main"]["options"]["gpulab_preflight_sources"]["options"]
-    assert {c: set(o["choices"]) for c, o in options.items()} == {c: set(v) for c, v in delivery.CHOICES.items()}
+    expected = {c: set(v) | ({"auto"} if c == "driver" else set()) for c, v in delivery.CHOICES.items()}
+    assert {c: set(o["choices"]) for c, o in options.items()} == expected
 
 
 # -- gpulab matrix resolve ----------------------------------------------------------------------------------------
@@ -154,25 +158,26 @@ def gpulab(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_resolves_a_host_as_json():
     proc = gpulab(
-        "--gpu", "P100", "--gpu", "10de:15f8", "--os", "debian12", "--host-python", "3.11",
+        "--gpu", "P100", "--gpu", "10de:15f8", "--os", "debian12", "--host-python", "3.11", "--driver-source", "distro",
         "--vars", str(REPO / "inventory" / "group_vars" / "all.yml"), "--json",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["ok"] is True and out["problems"] == []
-    expected, _ = host("P100", "P100")
+    expected, _ = host("P100", "P100", sources=ARCHIVE)
     assert {k: v for k, v in out["target"].items() if k != "gpus"} == {k: v for k, v in expected.items() if k != "gpus"}
     assert [g["pci_id"] for g in out["target"]["gpus"]] == ["10de:15f8", "10de:15f8"]
     assert out["summary"].startswith("2x Tesla P100-PCIE-16GB; profile auto: driver=535")
 
 
 def test_cli_refusal_exits_1_listing_the_problems():
-    proc = gpulab("--gpu", "H200", "--os", "debian12", "--cudnn-wheel", "9.10-cu12", "--json")
+    archive = ("--driver-source", "distro")  # Debian's archive has no driver for an H200
+    proc = gpulab("--gpu", "H200", "--os", "debian12", *archive, "--cudnn-wheel", "9.10-cu12", "--json")
     assert proc.returncode == 1
     out = json.loads(proc.stdout)
     assert out["ok"] is False and out["summary"] is None
     assert out["problems"][0].startswith("[driver] ")
-    text = gpulab("--gpu", "H200", "--os", "debian12")
+    text = gpulab("--gpu", "H200", "--os", "debian12", *archive)
     assert text.returncode == 1 and text.stdout.startswith("REFUSED: ") and "  fix: set " in text.stdout
 
 

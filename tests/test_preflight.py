@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
+from gpulab.compat.data import cudnn_wheel_pins
 from gpulab.compat.resolve import Request, resolve, summary
 from playbook import REPO, ansible_env, ansible_playbook
 from provision.files import tree_state
@@ -27,12 +27,16 @@ GPU_STACK_ONLY = ("--skip-tags", "dl_frameworks")
 CAPTURE = REPO / "tests" / "fixtures" / "h200x4-firecracker" / "sysfs-nvidia-pci.txt"
 P100, V100, H200, B200 = "10de:15f8", "10de:1db5", "10de:2335", "10de:2901"
 # The inventory's cuDNN wheel pins and the roles' default sources, as a run with the default inventory has them.
-PINS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
 
 
 def gpus(*pci_ids: str) -> list[dict[str, str]]:
     return [{"address": f"0000:0{i}:00.0", "pci_id": p} for i, p in enumerate(pci_ids)]
+
+
+# Debian's own packaging for the driver (the default, auto, is decided in tests/test_driver_source_auto.py).
+ARCHIVE = {"driver": "distro"}
 
 
 def check(
@@ -59,7 +63,7 @@ def check(
 
 # -- the decision -----------------------------------------------------------------------------------------------
 def test_auto_plans_the_newest_stack_debians_archive_delivers_for_a_pascal_gpu():
-    target, problems = check(P100, P100, profile="auto")
+    target, problems = check(P100, P100, profile="auto", sources=ARCHIVE)
     assert problems == []
     # The archive's current R535 release (its point releases move), its CUDA 11.8, the pinned cuDNN wheel.
     assert target["driver"] == "535" and target["driver_branch"] == "535"
@@ -84,7 +88,7 @@ def test_auto_from_nvidias_repository_plans_the_newest_stack_for_a_pascal_gpu():
 
 
 def test_auto_refuses_an_h200_on_debians_archive_and_names_the_source_that_has_its_driver():
-    target, problems = check(H200, profile="auto")
+    target, problems = check(H200, profile="auto", sources=ARCHIVE)
     assert problems == [
         "[driver] Debian 12's archive has no driver for NVIDIA H200: it packages R535, R470, and NVIDIA H200 needs "
         "driver >= 550.54.14. Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it), "
@@ -268,6 +272,7 @@ def test_the_stack_check_action_plans_from_the_sources_it_is_given():
         "distribution_version": "12",
         "host_python": "3.11",
         "cudnn_wheels": PINS,
+        "sources": {"driver": "distro"},
     }
     refused = run_adhoc("gpulab.provision.stack_check", json.dumps(host))
     assert refused["failed"] is True and refused["changed"] is False

@@ -13,13 +13,12 @@ import yaml
 
 from gpulab.compat import check_stack, delivery, platforms, versions
 from gpulab.compat.check import Stack
-from gpulab.compat.data import load_matrix
+from gpulab.compat.data import cudnn_wheel_pins, load_matrix
 from gpulab.compat.gpus import gpu_by_pci_id
 from gpulab.compat.resolve import SOURCE_VARS, Request, resolve
 from playbook import REPO
 
-GROUP_VARS = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
-PINS = GROUP_VARS["cudnn_wheels"]
+PINS = cudnn_wheel_pins()
 GPUS = {
     "P100": "10de:15f8",  # Pascal
     "V100": "10de:1db5",  # Volta
@@ -43,6 +42,7 @@ COMBINATIONS = [
     for c in itertools.product(delivery.DRIVER_SOURCES, delivery.CUDA_SOURCES, delivery.CUDNN_SOURCES)
 ]
 NVIDIA = {"driver": "cuda_repo", "cuda": "cuda_repo", "cudnn": "wheel"}
+ARCHIVE = {"driver": "distro"}
 
 
 def preflight(os_name: str, gpu: str, sources: dict[str, str] | None = None, **stack: object):
@@ -73,7 +73,8 @@ def switch_in(problem: str) -> dict[str, str]:
     return {names[v]: s for v, s in re.findall(r"(\w+_source): (\w+)", fix.split(" (", 1)[0])}
 
 
-# -- the decision for the default sources (the roles' defaults: distro, distro, wheel) ------------------------------
+# -- the decision for the archives' sources (distro, distro, wheel; the driver's default, auto, is decided in
+# tests/test_driver_source_auto.py) --------------------------------------------------------------------------------
 # OS, GPU -> (driver, CUDA, cuDNN) the host gets, or (refused part, the source switch the refusal names).
 DEFAULT_TABLE = {
     ("debian12", "P100"): ("535", "11.8", "9.10"),
@@ -136,7 +137,7 @@ NVIDIA_TABLE = {
 
 
 @pytest.mark.parametrize(
-    ("table", "sources"), [(DEFAULT_TABLE, {}), (NVIDIA_TABLE, NVIDIA)], ids=["defaults", "nvidia"]
+    ("table", "sources"), [(DEFAULT_TABLE, ARCHIVE), (NVIDIA_TABLE, NVIDIA)], ids=["archive", "nvidia"]
 )
 def test_the_decision_table(table, sources):
     assert set(table) == set(itertools.product(OSES, GPUS))
@@ -152,7 +153,7 @@ def test_the_decision_table(table, sources):
 
 
 def test_the_refusal_for_an_h200_on_debian_12_names_the_driver_source():
-    _, problems = preflight("debian12", "H200")
+    _, problems = preflight("debian12", "H200", ARCHIVE)
     assert problems == [
         "[driver] Debian 12's archive has no driver for NVIDIA H200: it packages R535, R470, and NVIDIA H200 needs "
         "driver >= 550.54.14. Fix: set nvidia_driver_source: cuda_repo (NVIDIA's repository or a mirror of it), "
@@ -165,7 +166,7 @@ def test_a_refusal_no_source_can_mend_says_where_it_would_work():
     assert problems == [
         "[driver] NVIDIA's repository for Debian 11 has no driver for NVIDIA B200: it has R495–R560, and NVIDIA B200 "
         "needs driver >= 570.133.20. Fix: no source gpulab installs from delivers a stack for these GPUs on Debian "
-        "11; Debian 12, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04 would."
+        "11; Debian 13, Debian 12, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04 would."
     ]
 
 
@@ -265,7 +266,7 @@ def test_every_source_combination_delivers_or_names_a_switch_that_does(os_name, 
 
 # -- what the sources carry, and the roles' side ----------------------------------------------------------------
 def test_the_operating_systems_the_roles_provision_come_from_the_matrix():
-    assert platforms.supported_releases() == {"Debian": ("11", "12"), "Ubuntu": ("20.04", "22.04", "24.04")}
+    assert platforms.supported_releases() == {"Debian": ("11", "12", "13"), "Ubuntu": ("20.04", "22.04", "24.04")}
     debian12 = platforms.operating_system("Debian 12")
     assert debian12 is not None and debian12.os == "debian12"
     assert [b.branch for b in platforms.archive_branches(debian12)] == ["R470", "R535"]
@@ -295,12 +296,15 @@ def test_the_preflight_reads_the_roles_sources_with_their_defaults():
         role_default = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[var]
         assert defaults["gpulab_preflight_sources"][component] == f"{{{{ {var} | default('{role_default}') }}}}"
         assert SOURCE_VARS[component] == var
-    assert defaults["gpulab_preflight_cudnn_wheels"] == "{{ cudnn_wheels | default({}) }}"
+    assert (
+        defaults["gpulab_preflight_cudnn_wheels"]
+        == "{{ cudnn_wheels | default(lookup('gpulab.provision.matrix', 'cudnn_wheels')) }}"
+    )
 
 
 def test_unknown_sources_are_refused_by_name():
     _, problems = preflight("debian12", "P100", {"driver": "ppa"})
-    assert problems == ["[sources] nvidia_driver_source is 'ppa'. Fix: use one of distro, cuda_repo, runfile."]
+    assert problems == ["[sources] nvidia_driver_source is 'ppa'. Fix: use one of auto, distro, cuda_repo, runfile."]
 
 
 # -- the 2018 stack ----------------------------------------------------------------------------------------------
@@ -315,8 +319,8 @@ def test_the_legacy_profile_is_refused_on_every_provisioned_os(os_name):
     )  # type: ignore[union-attr]
     assert "driver 410.79 (R410) is not available" in refusal[0] and "CUDA 9.0 is not available" in refusal[0]
     assert (
-        "No OS gpulab provisions (Debian 12, Debian 11, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04) carries it."
-        in (refusal[0])
+        "No OS gpulab provisions (Debian 13, Debian 12, Debian 11, Ubuntu 24.04, Ubuntu 22.04, Ubuntu 20.04) "
+        "carries it." in (refusal[0])
     )
     assert refusal[0].endswith(
         "Fix: use gpulab_profile: auto (the newest stack this host's sources deliver); `gpulab matrix show "
@@ -327,4 +331,9 @@ def test_the_legacy_profile_is_refused_on_every_provisioned_os(os_name):
     archive_cuda = platforms.operating_system(os_name).cuda[0].version  # type: ignore[union-attr]
     _, problems = preflight(os_name, "P100", legacy, profile="legacy-2018", driver="535", cuda=archive_cuda)
     assert not [p for p in problems if p.startswith("[profile] ")], problems
-    assert [o.os for o in delivery.profile_installable_on("modern")] == ["debian12", "ubuntu24.04", "ubuntu22.04"]
+    assert [o.os for o in delivery.profile_installable_on("modern")] == [
+        "debian13",
+        "debian12",
+        "ubuntu24.04",
+        "ubuntu22.04",
+    ]

@@ -186,11 +186,16 @@ def _gpg(home: Path, *args: str, **kwargs: object) -> str:
     )
 
 
-def _release(repo: Path) -> str:
+# The Label of NVIDIA's repositories' Release files, which NVIDIA's cuda-repository-pin-600 pins by; a mirror keeps it.
+NVIDIA_LABEL = "NVIDIA CUDA"
+
+
+def release_file(repo: Path, label: str = NVIDIA_LABEL) -> str:
+    """The Release file of a flat repository holding Packages and Packages.gz (its hashes), with this Label."""
     files = [repo / "Packages", repo / "Packages.gz"]
     lines = [
         "Origin: gpulab test mirror",
-        "Label: gpulab test mirror",
+        f"Label: {label}",
         "Architectures: amd64 all",
         f"Date: {email.utils.formatdate(usegmt=True)}",
         "SHA256:",
@@ -249,7 +254,7 @@ def _signed_mirror(dest: Path, home: Path, debs: list[Path], distro: str, arch: 
     packages = _run("dpkg-scanpackages", "--multiversion", ".", "/dev/null", cwd=repo)
     (repo / "Packages").write_text(packages)
     (repo / "Packages.gz").write_bytes(gzip.compress(packages.encode()))
-    (repo / "Release").write_text(_release(repo))
+    (repo / "Release").write_text(release_file(repo))
     _gpg(
         home,
         "--local-user",

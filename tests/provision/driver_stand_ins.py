@@ -64,3 +64,58 @@ def driver_packages(root: Path, work: Path, packages: dict[str, str], hold: bool
             check=True,
             capture_output=True,
         )
+
+
+# NVIDIA's Debian 12 repository (developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64), the stanzas
+# gpulab's driver names must resolve against, in the repository's Packages format (fields the resolver reads).
+# Structure: the driver meta packages depend on Debian-style names with a lower bound only, as the captured
+# cuda-drivers-580 580.105.08-1 stanza shows ("Depends: nvidia-driver (>= 580.65.06), nvidia-driver-cuda
+# (>= 580.65.06), nvidia-kernel-dkms (>= 580.65.06), ...", NVIDIA developer forum thread 353805): unpinned, they pull
+# the next branch. From R580 Fabric Manager is the unversioned nvidia-fabricmanager, which Provides
+# nvidia-fabricmanager-<branch>, and nvidia-driver-pinning-<branch> locks a branch (NVIDIA Driver Installation Guide
+# r590, "Recent Updates"); from R590 no cuda-drivers-<branch> / nvidia-open-<branch> is published (Table 4:
+# "cuda-drivers-580: will be removed"). The X tools (nvidia-settings, nvidia-xconfig) are left out of the stand-ins.
+def _stanzas() -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    releases = {"535": "535.261.03", "580": "580.95.05", "590": "590.48.01"}
+    for branch, version in releases.items():
+        deb = f"{version}-1"
+        floor = f"(>= {version})"
+        for name in ("nvidia-driver", "nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms"):
+            out.append({"Package": name, "Version": deb})
+        out.append({"Package": "nvidia-persistenced", "Version": deb})
+        proprietary = f"nvidia-driver {floor}, nvidia-driver-cuda {floor}, nvidia-kernel-dkms {floor}"
+        open_modules = f"nvidia-driver {floor}, nvidia-driver-cuda {floor}, nvidia-kernel-open-dkms {floor}"
+        if int(branch) < 590:  # the branch-suffixed meta packages end with R580
+            out.append({"Package": f"cuda-drivers-{branch}", "Version": deb, "Depends": proprietary})
+            out.append({"Package": f"nvidia-open-{branch}", "Version": deb, "Depends": open_modules})
+        if int(branch) >= 580:
+            out.append({"Package": "cuda-drivers", "Version": deb, "Depends": proprietary})
+            out.append({"Package": "nvidia-open", "Version": deb, "Depends": open_modules})
+            out.append(
+                {"Package": "nvidia-fabricmanager", "Version": deb, "Provides": f"nvidia-fabricmanager-{branch}"}
+            )
+            out.append({"Package": f"nvidia-driver-pinning-{branch}", "Version": deb, "Architecture": "all"})
+        else:
+            out.append({"Package": f"nvidia-fabricmanager-{branch}", "Version": deb})
+    return [{"Architecture": "amd64", **s} for s in out]
+
+
+NVIDIA_REPO_STANZAS: list[dict[str, str]] = _stanzas()
+
+
+def packages_text(stanzas: list[dict[str, str]]) -> str:
+    """The stanzas as a Packages file's text."""
+    return "\n".join("".join(f"{k}: {v}\n" for k, v in s.items()) for s in stanzas)
+
+
+def nvidia_repo_stand_ins(work: Path, out_dir: Path, stanzas: list[dict[str, str]] | None = None) -> list[Path]:
+    """Empty packages carrying NVIDIA's names, versions, Depends and Provides (the stanzas above), for the test
+    mirror: a name gpulab gets wrong is not there, or is only a virtual package apt will not install by version."""
+    debs = []
+    for stanza in stanzas if stanzas is not None else NVIDIA_REPO_STANZAS:
+        tree = work / f"{stanza['Package']}_{stanza['Version']}"
+        (tree / f"usr/share/doc/{stanza['Package']}").mkdir(parents=True, exist_ok=True)
+        control = {**stanza, "Description": f"{stanza['Package']} stand-in (NVIDIA's name and dependencies)"}
+        debs.append(build_deb(tree, out_dir, control))
+    return debs

@@ -13,8 +13,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 PYPI_FILES = "https://files.pythonhosted.org"
 
@@ -32,9 +30,10 @@ def sha256(path: Path) -> str:
 
 
 def pinned_wheel(key: str) -> dict[str, str]:
-    """The cudnn_wheels entry ("9.10-cu11") of inventory/group_vars/all.yml."""
-    pins = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())["cudnn_wheels"]
-    return dict(pins[key])
+    """The cudnn_wheels entry ("9.10-cu11") the roles take by default (the matrix's pins)."""
+    from gpulab.compat.data import cudnn_wheel_pins
+
+    return dict(cudnn_wheel_pins()[key])
 
 
 def cached_pypi_file(path: str, expected_sha256: str) -> Path:

@@ -25,6 +25,10 @@ def chroot_inventory(directory: Path, hosts: dict[str, dict[str, Any]], group: s
     for name, hostvars in hosts.items():
         values = dict(hostvars)
         root = values.pop("root")
+        # The chroot runs reach Debian's archive, never NVIDIA's repository: Debian's packaging is their driver
+        # source unless a test names another (the default, auto, takes NVIDIA's repository where Debian's branch is
+        # past its end of life; tests/test_driver_source_auto.py decides that without a root).
+        values.setdefault("nvidia_driver_source", "distro")
         entries[name] = {
             "ansible_connection": "community.general.chroot",
             "ansible_host": str(root),

@@ -8,7 +8,7 @@ newest stack for an H200.
 from __future__ import annotations
 
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build
-from gpulab.compat.data import GpuSpec, load_matrix
+from gpulab.compat.data import GpuSpec, cudnn_wheel_pins, load_matrix
 from gpulab.compat.gpus import all_gpus, gpu_by_name, gpu_by_pci_id, normalize_pci_id, resolve_gpu
 from gpulab.compat.plan import plan_stack, profile, profile_names
 from gpulab.compat.rules import (
@@ -26,6 +26,7 @@ __all__ = [
     "all_gpus",
     "check_stack",
     "cuda_supports_cc",
+    "cudnn_wheel_pins",
     "driver_branch",
     "driver_supports_arch",
     "gpu_by_name",

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from gpulab.compat import delivery, platforms, resolve, versions
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
-from gpulab.compat.data import GpuSpec
+from gpulab.compat.data import GpuSpec, cudnn_wheel_pins
 from gpulab.compat.delivery import profile_installable_on
 from gpulab.compat.gpus import all_gpus, normalize_pci_id, resolve_gpu
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
@@ -293,7 +293,9 @@ def _add_resolve(msub: Any) -> None:
     for component, flag in _SOURCE_FLAGS.items():
         res.add_argument(
             flag,
-            choices=delivery.CHOICES[component],
+            choices=(resolve.AUTO, *delivery.CHOICES[component])
+            if component == "driver"
+            else delivery.CHOICES[component],
             help=f"{resolve.SOURCE_VARS[component]} (default {resolve.DEFAULT_SOURCES[component]})",
         )
     res.add_argument(
@@ -384,7 +386,9 @@ def _resolve_request(args: argparse.Namespace) -> resolve.Request:
         chosen = getattr(args, flag.lstrip("-").replace("-", "_"))
         if chosen:
             sources[component] = chosen
-    wheels = dict(given.get("cudnn_wheels") or {}) | {key: {} for key in args.cudnn_wheel or []}
+    # The roles' default pins (the matrix's) unless --vars or --cudnn-wheel name the inventory's own.
+    pinned = given.get("cudnn_wheels") if ("cudnn_wheels" in given or args.cudnn_wheel) else cudnn_wheel_pins()
+    wheels = dict(pinned or {}) | {key: {} for key in args.cudnn_wheel or []}
     archives = dict(given.get("cudnn_archives") or {}) | {key: {} for key in args.cudnn_archive or []}
     return resolve.Request(
         gpus=gpus,
@@ -421,6 +425,8 @@ def _target_lines(target: resolve.TargetStack) -> list[str]:
         ("python", target["python"] or "-"),
         ("sources", ", ".join(f"{c} {s}" for c, s in target["sources"].items())),
     ]
+    if target.get("driver_source_note"):
+        rows.append(("note", str(target["driver_source_note"])))
     return [f"  {key:<11} {value}" for key, value in rows]
 
 

@@ -168,6 +168,33 @@ class DriverLifecycle:
 
 
 @dataclass(frozen=True)
+class RepoNaming:
+    """How NVIDIA's apt repositories name a driver branch's packages, from `first_branch` on; `{branch}` in a name is
+    the branch number."""
+
+    first_branch: str
+    driver: dict[str, str]  # kernel modules (open, proprietary) -> the driver's meta package
+    fabricmanager: str
+    persistenced: str
+    pinning: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class CudnnWheel:
+    """A pinned cuDNN wheel on PyPI: key "<cuDNN major.minor>-cu<CUDA major>" ("9.10-cu12")."""
+
+    key: str
+    version: str
+    sha256: str
+    path: str  # under cudnn_wheel_base_url (packages/...)
+    source: str
+
+    def as_pin(self) -> dict[str, str]:
+        return {"version": self.version, "sha256": self.sha256, "path": self.path}
+
+
+@dataclass(frozen=True)
 class Matrix:
     gpus: tuple[GpuSpec, ...]
     cuda: tuple[CudaRelease, ...]
@@ -178,6 +205,8 @@ class Matrix:
     profiles: tuple[Profile, ...]
     operating_systems: tuple[OperatingSystem, ...]
     lifecycle: tuple[DriverLifecycle, ...] = ()
+    repo_packages: tuple[RepoNaming, ...] = ()
+    cudnn_wheels: tuple[CudnnWheel, ...] = ()
 
 
 class _Entry:
@@ -449,6 +478,47 @@ def _lifecycle(e: _Entry) -> DriverLifecycle:
     return DriverLifecycle(branch=e.text("branch"), designation=designation, support_end=end, source=e.text("source"))
 
 
+def _repo_naming(e: _Entry) -> RepoNaming:
+    driver = e._get("driver", (dict,))
+    if sorted(driver) != ["open", "proprietary"] or not all(isinstance(v, str) and v for v in driver.values()):
+        raise GpulabError(f"matrix.yml: {e.where}.driver must map open and proprietary to package names.")
+    first = e.text("first_branch")
+    if not re.match(r"^R\d+$", first):
+        raise GpulabError(f"matrix.yml: {e.where}.first_branch={first!r} must look like 'R580'.")
+    return RepoNaming(
+        first_branch=first,
+        driver=dict(driver),
+        fabricmanager=e.text("fabricmanager"),
+        persistenced=e.text("persistenced"),
+        pinning=e.opt_text("pinning"),
+        source=e.text("source"),
+    )
+
+
+def _cudnn_wheels(raw: dict[str, Any]) -> tuple[CudnnWheel, ...]:
+    node = raw.get("cudnn_wheels")
+    if not isinstance(node, dict) or not node:
+        raise GpulabError("matrix.yml: section 'cudnn_wheels' is missing or empty.")
+    out = []
+    for key, value in node.items():
+        e = _Entry(value, f"cudnn_wheels[{key!r}]")
+        if not re.match(r"^\d+\.\d+-cu\d+$", str(key)):
+            raise GpulabError(f"matrix.yml: cudnn_wheels key {key!r} must look like '9.10-cu12'.")
+        sha = e.text("sha256")
+        if not re.match(r"^[0-9a-f]{64}$", sha):
+            raise GpulabError(f"matrix.yml: {e.where}.sha256 must be 64 lower-case hex digits.")
+        version = e.text("version")
+        if not version.startswith(str(key).split("-", 1)[0] + "."):
+            raise GpulabError(f"matrix.yml: {e.where}.version {version!r} is not a cuDNN {str(key).split('-')[0]}.")
+        out.append(CudnnWheel(str(key), version, sha, e.text("path"), e.text("source")))
+    return tuple(out)
+
+
+def cudnn_wheel_pins() -> dict[str, dict[str, str]]:
+    """The pinned cuDNN wheels as the roles' cudnn_wheels: key -> {version, sha256, path}."""
+    return {w.key: w.as_pin() for w in load_matrix().cudnn_wheels}
+
+
 def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
     node: Any = raw
     for part in path.split("."):
@@ -490,6 +560,8 @@ def parse_matrix(raw: Any) -> Matrix:
         profiles=_section(raw, "profiles", _profile),
         operating_systems=_section(raw, "operating_systems", _operating_system),
         lifecycle=_section(raw, "driver_lifecycle", _lifecycle),
+        repo_packages=_section(raw, "nvidia_repository_packages", _repo_naming),
+        cudnn_wheels=_cudnn_wheels(raw),
     )
     for items, attr, name in (
         (matrix.gpus, "name", "gpus"),

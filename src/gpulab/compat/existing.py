@@ -67,9 +67,9 @@ def _plain(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0].split("~", 1)[0]
 
 
-# Names only NVIDIA's repository uses (its open-module meta packages; not nvidia-opencl-* or nvidia-openjdk-*, which
-# Debian's CUDA toolkit brings).
-_NVIDIA_ONLY = re.compile(r"^(cuda-drivers.*|nvidia-open(-\d+)?)$")
+# Names only NVIDIA's repository uses (its open-module meta packages and, from R580, its branch pinning packages; not
+# nvidia-opencl-* or nvidia-openjdk-*, which Debian's CUDA toolkit brings).
+_NVIDIA_ONLY = re.compile(r"^(cuda-drivers.*|nvidia-open(-\d+)?|nvidia-driver-pinning-\d+)$")
 
 
 def _package_packaging(pkg: dict[str, Any]) -> str:

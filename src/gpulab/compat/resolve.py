@@ -9,11 +9,12 @@ touches a host. The collection's `stack_check` action and `gpulab matrix resolve
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict
 
-from gpulab.compat import delivery, platforms, rules, versions
+from gpulab.compat import delivery, lifecycle, platforms, rules, versions
 from gpulab.compat.check import Stack, check_stack, selected_torch_build
 from gpulab.compat.data import ARCHITECTURES, GpuSpec, OperatingSystem, load_matrix
 from gpulab.compat.delivery import Delivered, Shortfall, Sources
@@ -38,7 +39,10 @@ SOURCE_HELP = {
     "archive": "NVIDIA's archives listed in cudnn_archives",
 }
 # The roles' defaults (nvidia_driver, cuda_toolkit, cudnn); the pre-flight role passes the inventory's values.
-DEFAULT_SOURCES = {"driver": "distro", "cuda": "distro", "cudnn": "wheel"}
+# The driver's `auto`: the distribution's archive where its plan is a long-term branch still supported, NVIDIA's
+# repository where the archive's is past its end of life or not long-term and the repository's is supported.
+DEFAULT_SOURCES = {"driver": "auto", "cuda": "distro", "cudnn": "wheel"}
+AUTO = "auto"
 _CUDA_SPLIT = re.compile(r"[,+\s]+")
 
 
@@ -60,6 +64,8 @@ class Request:
     sources: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
     cudnn_wheels: dict[str, Any] = field(default_factory=dict)
     cudnn_archives: dict[str, Any] = field(default_factory=dict)
+    # The date support ends are compared with ("YYYY-MM-DD"; today when not given).
+    today: str | None = None
 
 
 class TargetGpu(TypedDict):
@@ -90,6 +96,8 @@ class TargetStack(TypedDict):
     python: str | None
     os: str | None
     sources: dict[str, str]
+    # Why `auto` took the driver from NVIDIA's repository rather than the archive (None: it did not).
+    driver_source_note: str | None
 
 
 class Resolution(NamedTuple):
@@ -161,14 +169,14 @@ def _check_os(problems: _Problems, req: Request, release: str | None) -> None:
 def _sources(req: Request, problems: _Problems) -> Sources:
     given = {**DEFAULT_SOURCES, **{k: str(v).strip() for k, v in (req.sources or {}).items() if v is not None}}
     sources = Sources(
-        driver=given["driver"],
+        driver="distro" if given["driver"] == AUTO else given["driver"],
         cuda=given["cuda"],
         cudnn=given["cudnn"],
         cudnn_wheels=frozenset(str(k) for k in (req.cudnn_wheels or {})),
         cudnn_archives=frozenset(str(k) for k in (req.cudnn_archives or {})),
     )
     for component in sources.invalid():
-        options = delivery.CHOICES[component]
+        options = (AUTO, *delivery.CHOICES[component]) if component == "driver" else delivery.CHOICES[component]
         problems.add(
             "sources",
             f"{SOURCE_VARS[component]} is {sources.of(component)!r}.",
@@ -233,6 +241,82 @@ def _deliverable(ctx: _Context, models: list[GpuSpec], osr: OperatingSystem) -> 
     """Whether some choice of sources delivers a stack for these GPUs on that OS."""
     result = delivery.plan(models, osr, ctx.sources)
     return isinstance(result, Delivered) or bool(result.switch)
+
+
+def _supported_long_term(branch: int, today: datetime.date) -> bool:
+    life = lifecycle.lifecycle(branch)
+    return life is not None and life.long_term and not lifecycle.past_end(branch, today)
+
+
+def _why_not(branch: int, today: datetime.date) -> str:
+    life = lifecycle.lifecycle(branch)
+    if life is None:
+        return f"R{branch} is not a long-term branch"
+    if lifecycle.past_end(branch, today):
+        return f"R{branch}'s support ended in {life.support_end}"
+    return f"R{branch} is a {life.designation} branch"
+
+
+def _offers(osr: OperatingSystem, source: str, driver: str) -> bool:
+    return any(b.number == versions.major(driver) for b, _ in delivery.drivers_from(osr, source))
+
+
+def _auto_driver_source(
+    ctx: _Context, models: list[GpuSpec], driver: str | None, cudas: list[str] | None, today: datetime.date
+) -> tuple[Sources, str | None, str | None]:
+    """The driver source `auto` stands for on this host: the archive unless its plan is past its end of life, not
+    long-term or missing, and NVIDIA's repository delivers a supported long-term branch (then why, in one line, and
+    the release to plan)."""
+    osr = ctx.osr
+    if osr is None:
+        return ctx.sources, None, None
+    archive: Delivered | Shortfall | None = None
+    if driver is None or _offers(osr, "distro", driver):
+        archive = delivery.pick(models, osr, ctx.sources, driver=driver, cudas=cudas)
+    if isinstance(archive, Delivered) and _supported_long_term(versions.major(archive.driver), today):
+        return ctx.sources, None, None
+    repo_sources = ctx.sources.switched({"driver": "cuda_repo"})
+    # NVIDIA's repository: the requested driver, or the release of its newest supported long-term branch that
+    # delivers a stack for these GPUs (newest first).
+    lts = [r for b, r in delivery.drivers_from(osr, "cuda_repo") if _supported_long_term(b.number, today)]
+    repo: Delivered | Shortfall | None = None
+    for candidate in [driver] if driver else lts:
+        if _offers(osr, "cuda_repo", candidate):
+            repo = delivery.pick(models, osr, repo_sources, driver=candidate, cudas=cudas)
+            if isinstance(repo, Delivered):
+                break
+    if not isinstance(repo, Delivered) or not _supported_long_term(versions.major(repo.driver), today):
+        return ctx.sources, None, None  # the archive's plan stands: refused, or warned about past its end
+    chosen = versions.major(repo.driver)
+    end = lifecycle.lifecycle(chosen).support_end  # type: ignore[union-attr]
+    if isinstance(archive, Delivered):
+        branch = versions.major(archive.driver)
+        why = f"would give R{branch}, and {_why_not(branch, today)}; set nvidia_driver_source: distro for it"
+    elif archive is None:
+        why = f"has no driver {driver}"
+    else:
+        why = f"has no driver for this plan ({archive.reason.rstrip('.')})"
+    note = (
+        f"the driver comes from NVIDIA's repository (R{chosen}, long-term, supported until {end}): {osr.archive} {why}."
+    )
+    return repo_sources, note, repo.driver
+
+
+def _auto_choice(
+    ctx: _Context, profile_name: str, models: list[GpuSpec], overrides: dict[str, str], today: datetime.date
+) -> tuple[str | None, str | None]:
+    """Settle `auto` for the driver (ctx.sources switched in place); the note and the long-term release when
+    NVIDIA's repository was taken."""
+    name = (profile_name or "none").strip().lower()
+    driver = overrides.get("driver")
+    try:
+        if name not in ("auto", "none"):
+            driver = driver or profile(name).driver
+        cudas = [versions.cuda_version(c) for c in _cuda_items(overrides.get("cuda"))] or None
+        ctx.sources, note, release = _auto_driver_source(ctx, models, driver, cudas, today)
+    except Exception:  # an unknown profile or malformed versions: refused below with their own reasons
+        return None, None
+    return note, release
 
 
 def _base_stack(
@@ -396,6 +480,8 @@ def resolve(req: Request) -> Resolution:
     _check_os(problems, req, release)
     osr = None if problems else platforms.operating_system(os_name)
     ctx = _Context(problems, osr, _sources(req, problems))
+    auto_driver = str((req.sources or {}).get("driver") or DEFAULT_SOURCES["driver"]).strip() == AUTO
+    today = datetime.date.fromisoformat(req.today) if req.today else datetime.date.today()
 
     unknown = sorted(set(req.stack) - set(STACK_KEYS))
     if unknown:
@@ -406,7 +492,14 @@ def resolve(req: Request) -> Resolution:
     overrides = {k: v for k in STACK_KEYS if (v := _text(req.stack.get(k))) is not None}
     # The frameworks' venv is built from the host's Python unless the inventory names another one.
     python = overrides.get("python") or req.host_python
-    stack: dict[str, Any] = _base_stack(ctx, req.profile, models, overrides, python)
+    driver_source_note = None
+    planned = overrides
+    if auto_driver and models and not ctx.sources.invalid():
+        driver_source_note, release = _auto_choice(ctx, req.profile, models, overrides, today)
+        if release and "driver" not in overrides and (req.profile or "").strip().lower() == "auto":
+            # NVIDIA's repository was taken for its long-term branch: the plan is that branch, not its newest.
+            planned = {**overrides, "driver": release}
+    stack: dict[str, Any] = _base_stack(ctx, req.profile, models, planned, python)
     refused = bool(stack.pop("refused", False))  # the plan or the profile is refused already, with its reason
     stack.update(overrides)
     stack["python"] = python
@@ -475,6 +568,7 @@ def resolve(req: Request) -> Resolution:
         "python": stack.get("python"),
         "os": os_name,
         "sources": {c: ctx.sources.of(c) for c in SOURCE_VARS},
+        "driver_source_note": driver_source_note if not problems else None,
     }
     return Resolution(target, list(problems))
 

@@ -24,7 +24,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "type": "dict",
         "default": {},
         "options": {
-            "driver": {"type": "str", "default": "distro"},
+            "driver": {"type": "str", "default": "auto"},
             "cuda": {"type": "str", "default": "distro"},
             "cudnn": {"type": "str", "default": "wheel"},
         },
@@ -67,5 +67,5 @@ class ActionModule(ActionBase):
         if warning:
             result["warnings"] = [warning]
         result["ansible_facts"] = {"gpulab_target_stack": {**target, "summary": line}}
-        result["msg"] = line
+        result["msg"] = line + (f"\n{target['driver_source_note']}" if target.get("driver_source_note") else "")
         return result

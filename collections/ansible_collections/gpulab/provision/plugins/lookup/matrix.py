@@ -17,7 +17,8 @@ description:
     writing versions down.
   - "Queries: C(profile NAME) (a named stack), C(plan GPU) (newest coherent stack for a GPU name or PCI id),
     C(gpu GPU) (the GPU's record), C(min_driver CUDA) (oldest driver for a toolkit), C(driver_branch DRIVER)
-    (the branch record), C(profiles) (all profile names)."
+    (the branch record), C(profiles) (all profile names), C(cudnn_wheels) (the pinned cuDNN wheels, the roles'
+    default for cudnn_wheels)."
 version_added: "0.1.0"
 author: gpulab
 options:
@@ -40,8 +41,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _raw:
-  description: The answer; a mapping for profile, plan, gpu and driver_branch, a string for min_driver, a list
-    for profiles.
+  description: The answer; a mapping for profile, plan, gpu, driver_branch and cudnn_wheels, a string for
+    min_driver, a list for profiles.
   type: raw
 """
 
@@ -61,7 +62,9 @@ QUERIES = {
     "min_driver": lambda c, arg: c.min_driver_for_cuda(arg),
     "driver_branch": lambda c, arg: _record(c.rules.branch_record(arg)),
     "profiles": lambda c, arg: c.profile_names(),
+    "cudnn_wheels": lambda c, arg: c.cudnn_wheel_pins(),
 }
+_NO_ARGUMENT = ("profiles", "cudnn_wheels")
 
 
 class LookupModule(LookupBase):
@@ -71,7 +74,7 @@ class LookupModule(LookupBase):
                 f"gpulab.provision.matrix: unknown query {terms[:1]}; use one of {', '.join(QUERIES)}."
             )
         query, args = terms[0], [str(t) for t in terms[1:]]
-        if query != "profiles" and len(args) != 1:
+        if query not in _NO_ARGUMENT and len(args) != 1:
             raise AnsibleLookupError(f"gpulab.provision.matrix: '{query}' takes one argument, got {args}.")
         with gpulab_required(AnsibleLookupError):
             import gpulab.compat as compat
