@@ -130,6 +130,6 @@ case "$action" in
     PATH="$bin:$PATH" exec "$bin/ansible-playbook" site.yml "$@" ;;
   validate) exec "$venv/bin/python" -m pytest validate/ -p no:cacheprovider "$@" ;;
   # Two pytest-xdist workers by default (GPULAB_TEST_WORKERS; 0 runs in one process): the tests that share the booted
-  # guest or the Debian roots stay on one worker each (tests/conftest.py), the rest spread over both.
+  # guest stay on one worker (tests/conftest.py), the rest spread over both.
   test) exec "$venv/bin/python" -m pytest tests/ -n "${GPULAB_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
 esac

@@ -10,12 +10,9 @@ from guest.fixtures import booted_guest, debian_root, guest_rootfs, libvirt_syst
 __all__ = ["booted_guest", "debian_root", "guest_rootfs", "libvirt_system", "require_root_tools"]
 
 # Tests that use one of these fixtures run on one worker, one after another (xdist's loadgroup): the booted guest and
-# the system libvirtd exist once per session, and the Debian roots share apt's archive cache and its lock. The first
-# group that names a fixture wins, so a guest test that also needs the root image is a guest test.
-SHARED_BY = (
-    ("guest", ("booted_guest", "libvirt_system")),
-    ("roots", ("debian_root", "guest_rootfs")),
-)
+# the system libvirtd exist once per session. (Debian roots need no group: each seeds its own apt archive from the
+# shared cache, guest.image.seeded_archives, and the root image is built once under a lock.)
+SHARED_BY = (("guest", ("booted_guest", "libvirt_system")),)
 
 
 def shared_group(fixturenames: tuple[str, ...] | list[str]) -> str | None:
