@@ -324,7 +324,7 @@ def unjudged(report: Report) -> list[Check]:
     defining = _defining(report)
     if defining and all(c.status == "skip" for c in defining):
         return defining
-    boards = _per_gpu_health(report)
+    boards = _per_gpu_health(report) if report.fingerprint.get("gpus") else []  # a machine without GPUs: none to judge
     if boards and all(c.status == "skip" and not c.evidence.get("judged_elsewhere") for c in boards):
         return boards
     return []
