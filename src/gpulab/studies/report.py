@@ -19,8 +19,12 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.report.formatting import stand_ins_summary
+from gpulab.report.html_page import CSS, _html_table, _img
 from gpulab.report.io import atomic_write_text
-from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
+from gpulab.report.markdown import _md_table
+from gpulab.report.plots import _figure, _png
+from gpulab.report.svg import Markup, _e
+from gpulab.report.views import fmt_num
 from gpulab.studies import baselines, ledger
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
