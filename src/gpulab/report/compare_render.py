@@ -6,7 +6,8 @@ import html
 import io
 from dataclasses import dataclass, field
 
-from gpulab.report.compare import MEDIAN_NOTE, Comparison, key_text, short_labels
+from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
+from gpulab.report.compare_keys import key_text
 from gpulab.report.formatting import name_list, num, ratio_pct
 
 
