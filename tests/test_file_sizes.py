@@ -22,10 +22,8 @@ LONG_MODULES = {
 }
 # Still to split ("path:function"; a method or nested function by its own name).
 LONG_FUNCTIONS = {
-    "gpulab/report/compare_render.py:sections",
     "gpulab/hw/nvml.py:_gpu",
     "gpulab/compat/resolve.py:resolve",
-    "gpulab/launch/sweep.py:run_sweep",
     "gpulab/studies/spec.py:study_from_dict",
     "gpulab/vm/layout.py:_numa",
     "gpulab/vm/spec.py:spec_from_dict",
