@@ -22,7 +22,6 @@ LONG_MODULES = {
 }
 # Still to split ("path:function"; a method or nested function by its own name).
 LONG_FUNCTIONS = {
-    "gpulab/hw/nvml.py:_gpu",
     "gpulab/compat/resolve.py:resolve",
     "gpulab/studies/spec.py:study_from_dict",
     "gpulab/vm/layout.py:_numa",
