@@ -22,7 +22,6 @@ LONG_MODULES = {
 }
 # Still to split ("path:function"; a method or nested function by its own name).
 LONG_FUNCTIONS = {
-    "gpulab/vm/layout.py:_numa",
     "gpulab/vm/spec.py:spec_from_dict",
     "gpulab/health.py:stack_supports_gpus",
 }
