@@ -11,14 +11,14 @@ from typing import Any
 
 from gpulab.report.model import Check, Report
 from gpulab.report.plots import (
-    _result_label,
     plot_cpu_threads,
     plot_pct_of_spec,
     plot_scaling,
     plot_speedups,
     plot_timeline,
+    result_label,
 )
-from gpulab.report.svg import Markup, _e, _gpu_facts, load_chart, pct_bar
+from gpulab.report.svg import Markup, escape, gpu_facts, load_chart, pct_bar
 from gpulab.report.views import (
     DASH,
     GPU_HEADERS,
@@ -28,11 +28,8 @@ from gpulab.report.views import (
     SCALING_HEADERS,
     SPEEDUP_HEADERS,
     THRESHOLD_HEADERS,
-    _failures,
-    _overview,
-    _s,
-    _scaling_groups,
-    _title,
+    cell_text,
+    failed_checks,
     failure_facts,
     gpu_rows,
     has_baselines,
@@ -41,8 +38,11 @@ from gpulab.report.views import (
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
+    overview_rows,
+    page_title,
     result_row,
     run_text,
+    scaling_groups,
     scaling_row,
     software_rows,
     speedup_row,
@@ -92,10 +92,10 @@ code{background:#f4f6f8;padding:0 .2rem;overflow-wrap:anywhere}
 """
 
 
-def _html_table(
+def html_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (), status_col: int = -1
 ) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
@@ -104,27 +104,27 @@ def _html_table(
             if i in num_cols:
                 cls.append("num")
             if i == status_col:
-                cls.append(_e(cell))
+                cls.append(escape(cell))
             attr = f' class="{" ".join(cls)}"' if cls else ""
-            cells.append(f"<td{attr}>{_e(cell)}</td>")
+            cells.append(f"<td{attr}>{escape(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
-def _img(png: str | None, alt: str) -> str:
+def img_tag(png: str | None, alt: str) -> str:
     if png is None:
         return ""
-    return f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{png}">'
+    return f'<img class="plot" alt="{escape(alt)}" src="data:image/png;base64,{png}">'
 
 
 def _html_verdict(report: Report) -> str:
     word, _, detail = verdict_text(report).partition(": ")
     out = (
-        f'<div class="verdict v-{verdict(report)}"><span class="word">{_e(word)}</span> {_e(detail)}</div>'
-        f'<p class="run">{_e(run_text(report))}</p>'
+        f'<div class="verdict v-{verdict(report)}"><span class="word">{escape(word)}</span> {escape(detail)}</div>'
+        f'<p class="run">{escape(run_text(report))}</p>'
     )
     if stand_ins := stand_ins_text(report):
-        out += f'<p class="banner">{_e(stand_ins)}</p>'
+        out += f'<p class="banner">{escape(stand_ins)}</p>'
     if report.interrupted:
         out += (
             '<p class="banner"><strong>Interrupted:</strong> the run was stopped before every test ran; '
@@ -134,17 +134,17 @@ def _html_verdict(report: Report) -> str:
 
 
 def _html_failure(report: Report, c: Check) -> str:
-    facts = "".join(f"<dt>{_e(label)}</dt><dd>{_e(text)}</dd>" for label, text in failure_facts(report, c))
+    facts = "".join(f"<dt>{escape(label)}</dt><dd>{escape(text)}</dd>" for label, text in failure_facts(report, c))
     return (
-        f'<div class="failure"><span class="{c.status}">{_e(c.status.upper())}</span> <code>{_e(c.name)}</code>'
-        f"<p>{_e(c.message)}</p>" + (f"<dl>{facts}</dl>" if facts else "") + "</div>"
+        f'<div class="failure"><span class="{c.status}">{escape(c.status.upper())}</span> <code>{escape(c.name)}</code>'
+        f"<p>{escape(c.message)}</p>" + (f"<dl>{facts}</dl>" if facts else "") + "</div>"
     )
 
 
 def _html_failures(report: Report) -> str:
     if not report.checks:
         return ""
-    failures = _failures(report)
+    failures = failed_checks(report)
     if not failures:
         return '<p class="note">No check failed or errored.</p>'
     return "".join(_html_failure(report, c) for c in failures)
@@ -157,7 +157,7 @@ def _html_key_figures(report: Report) -> str:
     base = has_baselines(report.results)
     rows = [(*key_figure_row(g, base), Markup(pct_bar([r.pct_of_spec for r in g]))) for g in groups]
     note = '<p class="note">Per-device rows are summarised as worst – best; the bar marks 100 %.</p>'
-    return note + _html_table((*key_figure_headers(base), "vs datasheet"), rows, num_cols=range(2, 7))
+    return note + html_table((*key_figure_headers(base), "vs datasheet"), rows, num_cols=range(2, 7))
 
 
 def _html_headlines(report: Report) -> str:
@@ -165,18 +165,18 @@ def _html_headlines(report: Report) -> str:
     out = ""
     if speedups:
         out += '<p class="note">GPU over CPU, against the fastest CPU run:</p>'
-        out += _html_table(SPEEDUP_HEADERS, map(speedup_row, speedups), num_cols=(5,))
+        out += html_table(SPEEDUP_HEADERS, map(speedup_row, speedups), num_cols=(5,))
     if scaling:
         out += '<p class="note">Multi-GPU scaling at the most GPUs:</p>'
-        out += _html_table(SCALING_HEADERS, map(scaling_row, scaling), num_cols=(4, 5, 6, 7, 8))
+        out += html_table(SCALING_HEADERS, map(scaling_row, scaling), num_cols=(4, 5, 6, 7, 8))
     return out
 
 
 def _html_load(report: Report) -> str:
-    gpus = _gpu_facts(report.fingerprint)
+    gpus = gpu_facts(report.fingerprint)
     charts = [(r, load_chart(r, gpus)) for r in report.results]
     figures = [
-        f'<figure class="load"><figcaption>{_e(_result_label(r))}</figcaption>{svg}</figure>'
+        f'<figure class="load"><figcaption>{escape(result_label(r))}</figcaption>{svg}</figure>'
         for r, svg in charts
         if svg
     ]
@@ -191,32 +191,32 @@ def _html_load(report: Report) -> str:
 
 def _html_machine(report: Report) -> str:
     fp = report.fingerprint
-    out = _html_table(("Field", "Value"), _overview(report))
+    out = html_table(("Field", "Value"), overview_rows(report))
     gpus = gpu_rows(fp)
     if gpus:
-        out += _html_table(GPU_HEADERS, gpus)
+        out += html_table(GPU_HEADERS, gpus)
     else:
         reason = fp.get("gpu_absent_reason")
-        out += f"<p>No GPU found{': ' + _e(reason) if reason else '.'}</p>"
+        out += f"<p>No GPU found{': ' + escape(reason) if reason else '.'}</p>"
     topo = topology_table(fp)
     if topo:
         out += "<p>GPU topology (NV# = bonded NVLinks; PIX/PXB/PHB/NODE/SYS = PCIe paths):</p>"
-        out += _html_table(*topo)
+        out += html_table(*topo)
     return out
 
 
 def _html_software(report: Report) -> str:
     fp = report.fingerprint
-    out = _html_table(("Component", "Version"), software_rows(fp))
+    out = html_table(("Component", "Version"), software_rows(fp))
     env = (fp.get("software") or {}).get("env") or {}
     if env:
-        pairs = ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in sorted(env.items()))
+        pairs = ", ".join(f"<code>{escape(k)}={escape(v)}</code>" for k, v in sorted(env.items()))
         out += f"<p>Environment: {pairs}</p>"
     return out
 
 
 def _check_row(c: Check) -> tuple[str, ...]:
-    return (c.status, c.name, c.message, _s(c.threshold), DASH if c.seconds is None else f"{c.seconds:.1f}")
+    return (c.status, c.name, c.message, cell_text(c.threshold), DASH if c.seconds is None else f"{c.seconds:.1f}")
 
 
 def _html_checks(report: Report) -> str:
@@ -225,7 +225,7 @@ def _html_checks(report: Report) -> str:
     counts = status_counts(report.checks)
     spans = "".join(f'<span class="{s}">{n} {s}</span>' for s, n in counts.items())
     headers = ("Status", "Check", "Message", "Threshold", "Seconds")
-    return f'<p class="counts">{spans}</p>' + _html_table(
+    return f'<p class="counts">{spans}</p>' + html_table(
         headers, map(_check_row, report.checks), num_cols=(4,), status_col=0
     )
 
@@ -233,37 +233,37 @@ def _html_checks(report: Report) -> str:
 def _html_results(report: Report) -> str:
     if not report.results:
         return "<p>No measurements.</p>"
-    table = _html_table(RESULT_HEADERS, (result_row(r) for r in report.results), num_cols=(3, 6, 7, 8))
-    return table + _img(plot_pct_of_spec(report), "results as percent of spec")
+    table = html_table(RESULT_HEADERS, (result_row(r) for r in report.results), num_cols=(3, 6, 7, 8))
+    return table + img_tag(plot_pct_of_spec(report), "results as percent of spec")
 
 
 def _html_speedups(report: Report) -> str:
     if not report.speedups:
         return ""
-    table = _html_table(SPEEDUP_HEADERS, map(speedup_row, report.speedups), num_cols=(5,))
-    return table + _img(plot_speedups(report), "speedups")
+    table = html_table(SPEEDUP_HEADERS, map(speedup_row, report.speedups), num_cols=(5,))
+    return table + img_tag(plot_speedups(report), "speedups")
 
 
 def _html_scaling(report: Report) -> str:
     if not report.scaling:
         return ""
-    out = _html_table(SCALING_HEADERS, map(scaling_row, report.scaling), num_cols=(4, 5, 6, 7, 8))
-    groups = _scaling_groups(report)
+    out = html_table(SCALING_HEADERS, map(scaling_row, report.scaling), num_cols=(4, 5, 6, 7, 8))
+    groups = scaling_groups(report)
     devices = [(key, pts) for key, pts in groups.items() if key[2] != "cpu"]
-    out += "".join(_img(plot_scaling(pts), "scaling " + " ".join(key)) for key, pts in devices[:MAX_SCALING_PLOTS])
-    return out + _img(plot_cpu_threads(groups), "CPU thread scaling")
+    out += "".join(img_tag(plot_scaling(pts), "scaling " + " ".join(key)) for key, pts in devices[:MAX_SCALING_PLOTS])
+    return out + img_tag(plot_cpu_threads(groups), "CPU thread scaling")
 
 
 def _html_timelines(report: Report) -> str:
     timelines = [r for r in report.results if r.telemetry is not None and r.telemetry.timeline]
-    out = "".join(_img(plot_timeline(r), "telemetry " + _result_label(r)) for r in timelines[:MAX_TIMELINE_PLOTS])
+    out = "".join(img_tag(plot_timeline(r), "telemetry " + result_label(r)) for r in timelines[:MAX_TIMELINE_PLOTS])
     if len(timelines) > MAX_TIMELINE_PLOTS:
         out += f"<p>{len(timelines) - MAX_TIMELINE_PLOTS} more timelines are in the JSON report.</p>"
     return out
 
 
 def _html_thresholds(report: Report) -> str:
-    return _html_table(THRESHOLD_HEADERS, threshold_rows(report)) if report.thresholds else ""
+    return html_table(THRESHOLD_HEADERS, threshold_rows(report)) if report.thresholds else ""
 
 
 Section = tuple[str, str, Any]  # anchor, heading, body builder (Report -> HTML, "" = leave out)
@@ -293,13 +293,13 @@ def _built(report: Report, sections: Sequence[Section]) -> list[tuple[str, str, 
 
 def _html_toc(front: list[tuple[str, str, str]], details: list[tuple[str, str, str]]) -> str:
     def links(items: list[tuple[str, str, str]]) -> str:
-        return "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t, _ in items)
+        return "".join(f'<a href="#{a}">{escape(t)}</a>' for a, t, _ in items)
 
     return f'<nav class="toc">{links(front)}<a href="#details"><strong>Details:</strong></a>{links(details)}</nav>'
 
 
 def _html_head(report: Report) -> str:
-    title = _e(_title(report))
+    title = escape(page_title(report))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -312,8 +312,8 @@ def to_html(report: Report) -> str:
     page (verdict, failures, key figures, speedups and scaling, GPU load) first, the details below."""
     front, details = _built(report, FRONT_SECTIONS), _built(report, DETAIL_SECTIONS)
     parts = [_html_head(report), _html_toc(front, details)]
-    parts += [f'<section id="{a}"><h2>{_e(t)}</h2>{body}</section>' for a, t, body in front]
+    parts += [f'<section id="{a}"><h2>{escape(t)}</h2>{body}</section>' for a, t, body in front]
     parts.append('<h2 class="part" id="details">Details</h2>')
-    parts += [f'<section id="{a}"><h3>{_e(t)}</h3>{body}</section>' for a, t, body in details]
+    parts += [f'<section id="{a}"><h3>{escape(t)}</h3>{body}</section>' for a, t, body in details]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

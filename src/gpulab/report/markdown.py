@@ -12,11 +12,9 @@ from gpulab.report.views import (
     SCALING_HEADERS,
     SPEEDUP_HEADERS,
     THRESHOLD_HEADERS,
-    _counts_text,
-    _failures,
-    _overview,
-    _s,
-    _title,
+    cell_text,
+    counts_text,
+    failed_checks,
     failure_facts,
     gpu_rows,
     has_baselines,
@@ -25,6 +23,8 @@ from gpulab.report.views import (
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
+    overview_rows,
+    page_title,
     result_row,
     run_text,
     scaling_row,
@@ -44,7 +44,7 @@ def _md_cell(value: Any) -> str:
     return " ".join(text.replace("\r", "").split("\n")).strip() or " "
 
 
-def _md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -62,7 +62,7 @@ def _md_verdict(report: Report) -> list[str]:
 def _md_failures(report: Report) -> list[str]:
     if not report.checks:
         return []
-    failures = _failures(report)
+    failures = failed_checks(report)
     if not failures:
         return ["## Failures", "", "No check failed or errored.", ""]
     out = ["## Failures", ""]
@@ -77,7 +77,7 @@ def _md_key_figures(report: Report) -> list[str]:
     if not groups:
         return []
     base = has_baselines(report.results)
-    return ["## Key figures", "", *_md_table(key_figure_headers(base), (key_figure_row(g, base) for g in groups)), ""]
+    return ["## Key figures", "", *md_table(key_figure_headers(base), (key_figure_row(g, base) for g in groups)), ""]
 
 
 def _md_headlines(report: Report) -> list[str]:
@@ -89,26 +89,26 @@ def _md_headlines(report: Report) -> list[str]:
         out += [
             "GPU over CPU, against the fastest CPU run:",
             "",
-            *_md_table(SPEEDUP_HEADERS, map(speedup_row, speedups)),
+            *md_table(SPEEDUP_HEADERS, map(speedup_row, speedups)),
         ]
         out.append("")
     if scaling:
-        out += ["Multi-GPU scaling at the most GPUs:", "", *_md_table(SCALING_HEADERS, map(scaling_row, scaling)), ""]
+        out += ["Multi-GPU scaling at the most GPUs:", "", *md_table(SCALING_HEADERS, map(scaling_row, scaling)), ""]
     return out
 
 
 def _md_machine(report: Report) -> list[str]:
     fp = report.fingerprint
-    out = ["### Machine", "", *_md_table(("", ""), _overview(report)), "", "### GPUs", ""]
+    out = ["### Machine", "", *md_table(("", ""), overview_rows(report)), "", "### GPUs", ""]
     gpus = gpu_rows(fp)
     if gpus:
-        out += _md_table(GPU_HEADERS, gpus)
+        out += md_table(GPU_HEADERS, gpus)
     else:
         out.append(f"No GPU found{': ' + fp['gpu_absent_reason'] if fp.get('gpu_absent_reason') else '.'}")
     topo = topology_table(fp)
     if topo:
-        out += ["", "GPU topology:", "", *_md_table(*topo)]
-    out += ["", "### Software", "", *_md_table(("Component", "Version"), software_rows(fp))]
+        out += ["", "GPU topology:", "", *md_table(*topo)]
+    out += ["", "### Software", "", *md_table(("Component", "Version"), software_rows(fp))]
     env = (fp.get("software") or {}).get("env") or {}
     if env:
         out += ["", "Environment: " + ", ".join(f"`{k}={v}`" for k, v in sorted(env.items()))]
@@ -119,31 +119,31 @@ def _md_checks(report: Report) -> list[str]:
     out = ["### Checks", ""]
     if not report.checks:
         return [*out, "No checks ran.", ""]
-    out += [f"**{_counts_text(report.checks)}**", ""]
-    rows = ((c.status, c.name, c.message, _s(c.threshold)) for c in report.checks)
-    return [*out, *_md_table(("Status", "Check", "Message", "Threshold"), rows), ""]
+    out += [f"**{counts_text(report.checks)}**", ""]
+    rows = ((c.status, c.name, c.message, cell_text(c.threshold)) for c in report.checks)
+    return [*out, *md_table(("Status", "Check", "Message", "Threshold"), rows), ""]
 
 
 def _md_measurements(report: Report) -> list[str]:
     out = ["### Results", ""]
     if report.results:
-        out += _md_table(RESULT_HEADERS, (result_row(r) for r in report.results))
+        out += md_table(RESULT_HEADERS, (result_row(r) for r in report.results))
     else:
         out.append("No measurements.")
     out.append("")
     if report.speedups:
-        out += ["### Speedups", "", *_md_table(SPEEDUP_HEADERS, map(speedup_row, report.speedups)), ""]
+        out += ["### Speedups", "", *md_table(SPEEDUP_HEADERS, map(speedup_row, report.speedups)), ""]
     if report.scaling:
-        out += ["### Scaling", "", *_md_table(SCALING_HEADERS, map(scaling_row, report.scaling)), ""]
+        out += ["### Scaling", "", *md_table(SCALING_HEADERS, map(scaling_row, report.scaling)), ""]
     if report.thresholds:
-        out += ["### Thresholds", "", *_md_table(THRESHOLD_HEADERS, threshold_rows(report)), ""]
+        out += ["### Thresholds", "", *md_table(THRESHOLD_HEADERS, threshold_rows(report)), ""]
     return out
 
 
 def to_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown: the front page (verdict, failures with their fixes, key
     figures, speedups and scaling) first, then every detail."""
-    out = [f"# {_title(report)}", ""]
+    out = [f"# {page_title(report)}", ""]
     out += _md_verdict(report) + _md_failures(report) + _md_key_figures(report) + _md_headlines(report)
     out += ["## Details", "", *_md_machine(report), *_md_checks(report), *_md_measurements(report)]
     return "\n".join(out).rstrip() + "\n"

@@ -13,7 +13,7 @@ from gpulab.report.model import Report, Result, Scaling
 # --- plots ----------------------------------------------------------------------------------------
 
 
-def _figure(width: float, height: float) -> Any:
+def new_figure(width: float, height: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -22,7 +22,7 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
-def _png(fig: Any) -> str:
+def png_base64(fig: Any) -> str:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png")
@@ -34,7 +34,7 @@ def plot_speedups(report: Report) -> str | None:
     items = [s for s in report.speedups if math.isfinite(s.ratio) and s.ratio > 0]
     if not items:
         return None
-    fig = _figure(8, 1.2 + 0.4 * len(items))
+    fig = new_figure(8, 1.2 + 0.4 * len(items))
     ax = fig.add_subplot(1, 1, 1)
     labels = [f"{s.workload} {s.framework} {s.precision}: {s.from_} → {s.to}" for s in items]
     ratios = [s.ratio for s in items]
@@ -50,7 +50,7 @@ def plot_speedups(report: Report) -> str | None:
         ax.annotate(f"{r:.2f}x", (r, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("speedup (x)")
     ax.set_title("Speedups")
-    return _png(fig)
+    return png_base64(fig)
 
 
 def plot_scaling(points: list[Scaling]) -> str | None:
@@ -63,7 +63,7 @@ def plot_scaling(points: list[Scaling]) -> str | None:
         first = pts[0]
         base = first.throughput / first.speedup if first.speedup else None
     ns = [s.n for s in pts]
-    fig = _figure(5.5, 3.6)
+    fig = new_figure(5.5, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(ns, [s.throughput for s in pts], "o-", color="#4c78a8", label="measured")
     if base:
@@ -82,7 +82,7 @@ def plot_scaling(points: list[Scaling]) -> str | None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_base64(fig)
 
 
 def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> str | None:
@@ -98,7 +98,7 @@ def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> 
     lines = {key: pts for key, pts in lines.items() if len(pts) > 1}
     if not lines:
         return None
-    fig = _figure(5.5, 3.6)
+    fig = new_figure(5.5, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     threads = sorted({s.n for pts in lines.values() for s in pts})
     ax.plot(threads, threads, "--", color="#999", label="ideal (linear)")
@@ -111,7 +111,7 @@ def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> 
     ax.set_ylabel("speedup (x)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png_base64(fig)
 
 
 # timeline key, axis label, factor from the sampled unit to the plotted one
@@ -147,16 +147,16 @@ def plot_timeline(result: Result) -> str | None:
     ]
     if not metrics:
         return None
-    fig = _figure(8, 2.0 * len(metrics) + 0.6)
+    fig = new_figure(8, 2.0 * len(metrics) + 0.6)
     axes = [fig.add_subplot(len(metrics), 1, i + 1) for i in range(len(metrics))]
     for ax, (key, label, scale) in zip(axes, metrics, strict=True):
         _plot_metric(ax, series, key, label, scale)
     axes[-1].set_xlabel("t (s)")
-    axes[0].set_title(_result_label(result), fontsize=10)
-    return _png(fig)
+    axes[0].set_title(result_label(result), fontsize=10)
+    return png_base64(fig)
 
 
-def _result_label(r: Result) -> str:
+def result_label(r: Result) -> str:
     dev = f" {r.device}" if r.device else ""
     return f"{r.series()} {r.framework} {r.launcher} n={r.n} {r.precision}{dev}"
 
@@ -166,13 +166,13 @@ def plot_pct_of_spec(report: Report) -> str | None:
     items = [r for r in report.results if r.pct_of_spec is not None and math.isfinite(r.pct_of_spec)]
     if not items:
         return None
-    fig = _figure(8, 1.2 + 0.35 * len(items))
+    fig = new_figure(8, 1.2 + 0.35 * len(items))
     ax = fig.add_subplot(1, 1, 1)
     ypos = list(range(len(items)))
     pcts = [float(r.pct_of_spec or 0.0) for r in items]
     ax.barh(ypos, pcts, color=["#54a24b" if p >= 50 else "#f58518" for p in pcts])
     ax.set_yticks(ypos)
-    ax.set_yticklabels([_result_label(r) for r in items], fontsize=8)
+    ax.set_yticklabels([result_label(r) for r in items], fontsize=8)
     ax.invert_yaxis()
     ax.axvline(100, color="#888", lw=0.8, ls="--")
     for y, p in zip(ypos, pcts, strict=True):
@@ -180,4 +180,4 @@ def plot_pct_of_spec(report: Report) -> str | None:
     ax.set_xlim(0, max(110.0, max(pcts) * 1.1))
     ax.set_xlabel("% of datasheet spec")
     ax.set_title("Probe results vs spec")
-    return _png(fig)
+    return png_base64(fig)

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulab.report.model import Result
-from gpulab.report.plots import _result_label
-from gpulab.report.views import DASH, _finite
+from gpulab.report.plots import result_label
+from gpulab.report.views import DASH, finite_or_none
 
 # --- inline SVG charts ----------------------------------------------------------------------------
 
 
 class Markup(str):
-    """Text that is already HTML (an inline chart): `_e` passes it through unescaped."""
+    """Text that is already HTML (an inline chart): `escape` passes it through unescaped."""
 
 
-def _e(value: Any) -> str:
+def escape(value: Any) -> str:
     return str(value) if isinstance(value, Markup) else html.escape(str(value), quote=True)
 
 
@@ -41,22 +41,22 @@ def _of(value: float | None, total: float | None, unit: str) -> str:
 
 
 def util_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = _finite(stats.get("util_mean")), _finite(stats.get("util_max"))
+    mean, peak = finite_or_none(stats.get("util_mean")), finite_or_none(stats.get("util_max"))
     text = DASH if mean is None and peak is None else f"{_n0(mean)} % mean, {_n0(peak)} % max"
     return Gauge(mean, peak, 100.0, text)
 
 
 def memory_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = _finite(stats.get("mem_mean_mib")), _finite(stats.get("mem_max_mib"))
-    total, shown = _finite(gpu.get("memory_total_mib")), peak if peak is not None else mean
+    mean, peak = finite_or_none(stats.get("mem_mean_mib")), finite_or_none(stats.get("mem_max_mib"))
+    total, shown = finite_or_none(gpu.get("memory_total_mib")), peak if peak is not None else mean
     gib = None if shown is None else shown / 1024
     text = DASH if gib is None else f"{gib:.1f} GiB max" + _of(gib, total and total / 1024, "GiB")
     return Gauge(mean, peak, total, text)
 
 
 def power_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = _finite(stats.get("power_mean_w")), _finite(stats.get("power_max_w"))
-    limit = _finite(gpu.get("power_limit_w"))
+    mean, peak = finite_or_none(stats.get("power_mean_w")), finite_or_none(stats.get("power_max_w"))
+    limit = finite_or_none(gpu.get("power_limit_w"))
     text = DASH if mean is None and peak is None else f"{_n0(mean)} W mean, {_n0(peak)} max"
     return Gauge(mean, peak, limit, text + _of(mean, limit, "W"))
 
@@ -70,7 +70,7 @@ LOAD_METRICS = (
 LABEL_W, PANEL_W, BAR_W, BAR_H, ROW_H, HEAD_H = 52, 360, 130, 12, 18, 18
 
 
-def _gpu_facts(fp: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+def gpu_facts(fp: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     return {g.get("index"): g for g in fp.get("gpus") or []}
 
 
@@ -95,13 +95,16 @@ def _svg_bar(x: float, y: float, gauge: Gauge, scale: float, metric: tuple[str, 
     def width(v: float | None) -> float:
         return 0.0 if v is None else round(BAR_W * max(0.0, min(v / full, 1.0)), 1)
 
-    attrs = f'data-metric="{name}" data-gpu="{_e(gpu)}" data-mean="{_e(gauge.mean)}" data-max="{_e(gauge.peak)}"'
+    attrs = (
+        f'data-metric="{name}" data-gpu="{escape(gpu)}" data-mean="{escape(gauge.mean)}" '
+        f'data-max="{escape(gauge.peak)}"'
+    )
     return (
-        f"<g {attrs}><title>GPU {_e(gpu)} {_e(title)}: {_e(gauge.text)}</title>"
+        f"<g {attrs}><title>GPU {escape(gpu)} {escape(title)}: {escape(gauge.text)}</title>"
         f'<rect x="{x}" y="{y}" width="{BAR_W}" height="{BAR_H}" fill="#eef1f4"/>'
         f'<rect x="{x}" y="{y}" width="{width(gauge.peak)}" height="{BAR_H}" fill="{colour}" opacity="0.35"/>'
         f'<rect x="{x}" y="{y}" width="{width(gauge.mean)}" height="{BAR_H}" fill="{colour}"/>'
-        f'<text x="{x + BAR_W + 6}" y="{y + BAR_H - 2}">{_e(gauge.text)}</text></g>'
+        f'<text x="{x + BAR_W + 6}" y="{y + BAR_H - 2}">{escape(gauge.text)}</text></g>'
     )
 
 
@@ -113,17 +116,17 @@ def load_chart(result: Result, gpus: dict[Any, dict[str, Any]]) -> str | None:
         return None
     w, h = LABEL_W + PANEL_W * len(LOAD_METRICS), HEAD_H + ROW_H * len(rows)
     parts = [
-        f'<svg class="load" role="img" aria-label="GPU load: {_e(_result_label(result))}" '
+        f'<svg class="load" role="img" aria-label="GPU load: {escape(result_label(result))}" '
         f'viewBox="0 0 {w} {h}" width="{w}" height="{h}">',
         *(
-            f'<text class="head" x="{LABEL_W + k * PANEL_W}" y="12">{_e(m[1])}</text>'
+            f'<text class="head" x="{LABEL_W + k * PANEL_W}" y="12">{escape(m[1])}</text>'
             for k, m in enumerate(LOAD_METRICS)
         ),
     ]
     scales = _scales(rows)
     for r, (gpu, gauges) in enumerate(rows):
         y = HEAD_H + r * ROW_H
-        parts.append(f'<text x="0" y="{y + BAR_H - 2}">GPU {_e(gpu)}</text>')
+        parts.append(f'<text x="0" y="{y + BAR_H - 2}">GPU {escape(gpu)}</text>')
         parts += [_svg_bar(LABEL_W + k * PANEL_W, y, gauges[k], scales[k], m, gpu) for k, m in enumerate(LOAD_METRICS)]
     return "".join([*parts, "</svg>"])
 

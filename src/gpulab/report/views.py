@@ -54,7 +54,7 @@ def _yes_no(value: bool | None) -> str:
     return DASH if value is None else ("on" if value else "off")
 
 
-def _s(value: Any) -> str:
+def cell_text(value: Any) -> str:
     return DASH if value is None or value == "" else str(value)
 
 
@@ -97,22 +97,22 @@ def status_counts(checks: Sequence[Check]) -> dict[str, int]:
     return {s: counts[s] for s in STATUSES}
 
 
-def _counts_text(checks: Sequence[Check]) -> str:
+def counts_text(checks: Sequence[Check]) -> str:
     return " · ".join(f"{n} {s}" for s, n in status_counts(checks).items())
 
 
 def software_rows(fp: dict[str, Any]) -> list[tuple[str, str]]:
     sw = fp.get("software") or {}
     rows = [
-        ("NVIDIA driver", _s(sw.get("driver_version"))),
-        ("CUDA (driver supports)", _s(sw.get("cuda_driver_version"))),
-        ("nvcc", _s(sw.get("nvcc_version"))),
-        ("cuDNN", _s(sw.get("cudnn_version"))),
-        ("NCCL", _s(sw.get("nccl_version"))),
-        ("Python", _s(sw.get("python"))),
+        ("NVIDIA driver", cell_text(sw.get("driver_version"))),
+        ("CUDA (driver supports)", cell_text(sw.get("cuda_driver_version"))),
+        ("nvcc", cell_text(sw.get("nvcc_version"))),
+        ("cuDNN", cell_text(sw.get("cudnn_version"))),
+        ("NCCL", cell_text(sw.get("nccl_version"))),
+        ("Python", cell_text(sw.get("python"))),
     ]
     for tk in sw.get("toolkits") or []:
-        rows.append((f"CUDA toolkit {tk.get('path', '')}".strip(), _s(tk.get("version"))))
+        rows.append((f"CUDA toolkit {tk.get('path', '')}".strip(), cell_text(tk.get("version"))))
     for fw in sw.get("frameworks") or []:
         extra = []
         for key, label in (("built_cuda", "CUDA"), ("built_cudnn", "cuDNN"), ("nccl", "NCCL")):
@@ -122,7 +122,7 @@ def software_rows(fp: dict[str, Any]) -> list[tuple[str, str]]:
             extra.append(f"sees {fw['sees_gpus']} GPU(s)")
         if fw.get("error"):
             extra.append(f"error: {fw['error']}")
-        text = _s(fw.get("version")) + (f" ({', '.join(extra)})" if extra else "")
+        text = cell_text(fw.get("version")) + (f" ({', '.join(extra)})" if extra else "")
         rows.append((str(fw.get("name", "?")), text))
     return rows
 
@@ -145,16 +145,16 @@ def gpu_rows(fp: dict[str, Any]) -> list[tuple[str, ...]]:
         mem = g.get("memory_total_mib")
         rows.append(
             (
-                _s(g.get("index")),
-                _s(g.get("name")),
-                _s(g.get("bus_id")),
+                cell_text(g.get("index")),
+                cell_text(g.get("name")),
+                cell_text(g.get("bus_id")),
                 DASH if mem is None else f"{mem / 1024:.0f} GiB",
                 pcie_text(g.get("pcie"), "current"),
                 pcie_text(g.get("pcie"), "max"),
-                _s(g.get("numa_node")),
+                cell_text(g.get("numa_node")),
                 _yes_no(g.get("ecc_enabled")),
                 _yes_no(g.get("persistence_mode")),
-                _s(g.get("virtualization_mode")),
+                cell_text(g.get("virtualization_mode")),
             )
         )
     return rows
@@ -215,11 +215,11 @@ def scaling_row(s: Scaling) -> tuple[str, ...]:
         f"{s.speedup:.2f}x",
         f"{s.efficiency * 100:.1f} %{verdict}",
         DASH if s.expected is None else f"{s.expected * 100:.0f} %",
-        _s(s.expected_source),
+        cell_text(s.expected_source),
     )
 
 
-def _title(report: Report) -> str:
+def page_title(report: Report) -> str:
     return f"gpulab report — {machine_name(report)}"
 
 
@@ -237,21 +237,21 @@ def machine_name(report: Report) -> str:
     return gpus
 
 
-def _overview(report: Report) -> list[tuple[str, str]]:
+def overview_rows(report: Report) -> list[tuple[str, str]]:
     fp = report.fingerprint
     host = fp.get("host") or {}
     mem = host.get("memory_total_mib")
     numa = host.get("numa_nodes") or []
     rows = [
-        ("Host", _s(host.get("hostname"))),
+        ("Host", cell_text(host.get("hostname"))),
         ("Platform", platform_text(fp)),
-        ("OS", _s(host.get("os"))),
-        ("Kernel", _s(host.get("kernel"))),
+        ("OS", cell_text(host.get("os"))),
+        ("Kernel", cell_text(host.get("kernel"))),
         ("CPU", cpu_text(fp)),
         ("Memory", DASH if mem is None else f"{mem / 1024:.0f} GiB"),
         ("NUMA nodes", str(len(numa)) if numa else DASH),
         ("IOMMU", _yes_no(host.get("iommu_enabled"))),
-        ("GPU source", _s(fp.get("gpu_source"))),
+        ("GPU source", cell_text(fp.get("gpu_source"))),
     ]
     if fp.get("gpu_absent_reason"):
         rows.append(("No GPU", str(fp["gpu_absent_reason"])))
@@ -267,7 +267,7 @@ def _overview(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
-def _failures(report: Report) -> list[Check]:
+def failed_checks(report: Report) -> list[Check]:
     return [c for c in report.checks if c.status in ("fail", "error")]
 
 
@@ -340,7 +340,7 @@ EVIDENCE_CHARS = 400
 
 def verdict(report: Report) -> str:
     """ "fail" when a check failed or errored, else "interrupted" when the run was cut short, else "pass"."""
-    if _failures(report):
+    if failed_checks(report):
         return "fail"
     if report.interrupted:
         return "interrupted"
@@ -359,7 +359,7 @@ def verdict_text(report: Report) -> str:
     lead = f"{bad} of {len(report.checks)} checks failed" if bad else f"{counts['pass']} checks passed"
     if verdict(report) == "inconclusive":
         lead = inconclusive_text(report)
-    text = f"{word}: {lead} ({_counts_text(report.checks)})"
+    text = f"{word}: {lead} ({counts_text(report.checks)})"
     if report.interrupted and bad:  # both matter: the failures and that more checks never ran
         text += "; the run was interrupted"
     return text
@@ -414,7 +414,7 @@ def failure_facts(report: Report, check: Check) -> list[tuple[str, str]]:
     return [(label, text) for label, text in facts if text]
 
 
-def _finite(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
@@ -424,7 +424,7 @@ def baseline_of(r: Result) -> tuple[float | None, float | None]:
     known = r.params.get("known_good") if isinstance(r.params, dict) else None
     if not isinstance(known, dict):
         return None, None
-    return _finite(known.get("value")), _finite(known.get("pct"))
+    return finite_or_none(known.get("value")), finite_or_none(known.get("pct"))
 
 
 def key_figure_groups(results: Sequence[Result]) -> list[list[Result]]:
@@ -497,7 +497,7 @@ def headline_scaling(report: Report) -> list[Scaling]:
     """The widest point of each device (not CPU-thread) scaling series."""
     return [
         max(pts, key=lambda s: s.n)
-        for key, pts in _scaling_groups(report).items()
+        for key, pts in scaling_groups(report).items()
         if key[2] != "cpu" and max(s.n for s in pts) > 1
     ]
 
@@ -513,10 +513,10 @@ THRESHOLD_HEADERS = ("Name", "Value", "Source", "Basis")
 
 
 def threshold_rows(report: Report) -> list[tuple[str, ...]]:
-    return [(t.name, f"{fmt_num(t.value)} {t.unit}", t.source, _s(t.basis)) for t in report.thresholds]
+    return [(t.name, f"{fmt_num(t.value)} {t.unit}", t.source, cell_text(t.basis)) for t in report.thresholds]
 
 
-def _scaling_groups(report: Report) -> dict[tuple[str, str, str, str], list[Scaling]]:
+def scaling_groups(report: Report) -> dict[tuple[str, str, str, str], list[Scaling]]:
     groups: dict[tuple[str, str, str, str], list[Scaling]] = defaultdict(list)
     for s in report.scaling:
         groups[(s.workload, s.framework, s.launcher, s.precision)].append(s)
