@@ -18,7 +18,7 @@ from gpulab import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import Fingerprint
-from gpulab.report import render
+from gpulab.report import views
 from gpulab.report.model import Check, Report
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
@@ -398,8 +398,8 @@ def test_capture_run_verdict(name):
     """The run's verdict over every check, as the report's front page gives it."""
     fp = _fp(name)
     report = Report(fingerprint=fp.to_dict(), checks=_host(fp) + list(_per_gpu(fp).values()))
-    assert render.verdict(report) == EXPECTED[name].verdict
-    assert "?" not in render.machine_name(report) and name in render.machine_name(report)
+    assert views.verdict(report) == EXPECTED[name].verdict
+    assert "?" not in views.machine_name(report) and name in views.machine_name(report)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

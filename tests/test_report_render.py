@@ -6,15 +6,9 @@ import re
 
 from gpulab.report.io import write_report
 from gpulab.report.model import Check, Report
-from gpulab.report.render import (
-    MAX_TIMELINE_PLOTS,
-    plot_scaling,
-    plot_speedups,
-    plot_timeline,
-    to_html,
-    to_markdown,
-    write_rendered,
-)
+from gpulab.report.plots import plot_scaling, plot_speedups, plot_timeline
+from gpulab.report.render import to_html, to_markdown, write_rendered
+from gpulab.report.views import MAX_TIMELINE_PLOTS
 from report_builders import minimal_fingerprint, sample_report
 
 
@@ -121,7 +115,7 @@ def test_a_real_standard_tier_report_renders_one_cpu_chart_and_one_per_gpu_launc
     from pathlib import Path
 
     from gpulab.report.io import load_report
-    from gpulab.report.render import plot_cpu_threads
+    from gpulab.report.plots import plot_cpu_threads
 
     report = load_report(Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json")
     page = to_html(report)
@@ -140,7 +134,7 @@ def test_a_real_standard_tier_report_renders_one_cpu_chart_and_one_per_gpu_launc
 
 
 def test_a_captured_host_is_not_called_bare_metal():
-    from gpulab.report.render import platform_text
+    from gpulab.report.views import platform_text
 
     assert platform_text({"host": None, "captured_from": ["p100.xml"]}) == "not captured (judged from p100.xml)"
     assert platform_text({"host": {"hypervisor": None}}) == "bare metal"

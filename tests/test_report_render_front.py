@@ -10,7 +10,9 @@ import pytest
 
 from gpulab.report.io import load_report
 from gpulab.report.model import Check, Report, Result
-from gpulab.report.render import load_chart, to_html, to_markdown, verdict, verdict_text
+from gpulab.report.render import to_html, to_markdown
+from gpulab.report.svg import load_chart
+from gpulab.report.views import verdict, verdict_text
 from report_builders import minimal_fingerprint, sample_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json"

@@ -17,7 +17,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.cuda_visible import visible_to_cuda
 from gpulab.hw.discover import fingerprint
-from gpulab.report import render
+from gpulab.report import views
 from gpulab.report.io import load_report
 from gpulab.validation.plugin import EXIT_INCONCLUSIVE
 from gpulab.validation.session import select_gpus
@@ -185,7 +185,7 @@ def test_all_na_capture_is_inconclusive_not_pass(tmp_path):
     assert proc.returncode == EXIT_INCONCLUSIVE, proc.stdout + proc.stderr
     assert "INCONCLUSIVE (exit 6): the checks that define a healthy GPU could not judge anything" in proc.stdout
     report = load_report(reports[0])
-    assert render.verdict_text(report).startswith("INCONCLUSIVE: the checks that define a healthy GPU")
+    assert views.verdict_text(report).startswith("INCONCLUSIVE: the checks that define a healthy GPU")
     checks = {c.name: c for c in report.checks}
     assert len(checks) == 4 + 8 * 4  # gpu_count, driver, stack, torch_sees_gpus; eight per GPU
     assert [name for name, c in checks.items() if c.status != "skip"] == []

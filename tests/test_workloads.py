@@ -120,14 +120,14 @@ def test_style_transfer_sample_photos_load_without_importing_scikit_learn():
     import sys
 
     code = (
-        "import sys; from gpulab.workloads.style_transfer import default_image; "
+        "import sys; from gpulab.workloads.images import default_image; "
         "img, desc = default_image('content'); print(desc, img.shape, 'sklearn' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["sample:china.jpg", "(427,", "640,", "3)", "False"]
     from sklearn.datasets import load_sample_image
 
-    from gpulab.workloads.style_transfer import default_image
+    from gpulab.workloads.images import default_image
 
     assert (default_image("style")[0] == load_sample_image("flower.jpg")).all()
 
@@ -135,7 +135,7 @@ def test_style_transfer_sample_photos_load_without_importing_scikit_learn():
 def test_style_transfer_images_and_options(tmp_path):
     from PIL import Image
 
-    from gpulab.workloads.style_transfer import default_image
+    from gpulab.workloads.images import default_image
 
     generated, desc = default_image("style", use_samples=False)
     assert generated.shape == (427, 640, 3) and desc == "generated:style"
@@ -283,7 +283,7 @@ def test_style_transfer_input_paths_are_checked_before_reading(tmp_path, param):
 def test_style_transfer_files_that_are_not_images(tmp_path, param):
     from PIL import Image
 
-    from gpulab.workloads.style_transfer import default_image
+    from gpulab.workloads.images import default_image
 
     png = tmp_path / "photo.png"
     Image.fromarray(default_image("content", use_samples=False)[0]).save(png)

@@ -14,7 +14,7 @@ from gpulab import compat
 from gpulab.compat.gpu_names import product_class as derive_class
 from gpulab.compat.gpus import gpu_for
 from gpulab.errors import GpulabError
-from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, PcieLink
+from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, PcieLink, SoftwareInfo
 from gpulab.report.model import Check
 
 LIVE_SOURCE = "NVML"
@@ -256,6 +256,21 @@ def driver_supports_cuda(fp: Fingerprint) -> Check:
     return _ok(name, f"driver {driver} supports {judged}{notes}", **ev)
 
 
+def _offered_stack(sw: SoftwareInfo) -> dict[str, str | None]:
+    """The driver, CUDA, cuDNN and framework versions the software reports, None where unknown or not reported."""
+    frameworks = sw.frameworks or []
+    torch = next((fw for fw in frameworks if fw.name == "torch" and not fw.error), None)
+    tf = next((fw for fw in frameworks if fw.name == "tensorflow" and not fw.error), None)
+    cuda = (torch.built_cuda if torch else None) or (tf.built_cuda if tf else None)
+    return {
+        "driver": sw.driver_version if _known_version(sw.driver_version) else None,
+        "cuda": _major_minor(cuda) if cuda and _known_version(cuda) else None,
+        "cudnn": _major_minor(sw.cudnn_version) if sw.cudnn_version and _known_version(sw.cudnn_version) else None,
+        "torch": _release(torch.version) if torch and _known_version(torch.version) else None,
+        "tensorflow": _release(tf.version) if tf and _known_version(tf.version) else None,
+    }
+
+
 def stack_supports_gpus(fp: Fingerprint) -> Check:
     """The driver, CUDA, cuDNN and framework builds all support each GPU model's architecture (the matrix).
 
@@ -266,17 +281,7 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
         return _skip(name, fp.gpu_absent_reason or "no GPU")
     sw = fp.software
     src = reporter(fp)
-    frameworks = sw.frameworks or []
-    torch = next((fw for fw in frameworks if fw.name == "torch" and not fw.error), None)
-    tf = next((fw for fw in frameworks if fw.name == "tensorflow" and not fw.error), None)
-    cuda = (torch.built_cuda if torch else None) or (tf.built_cuda if tf else None)
-    offered: dict[str, str | None] = {
-        "driver": sw.driver_version if _known_version(sw.driver_version) else None,
-        "cuda": _major_minor(cuda) if cuda and _known_version(cuda) else None,
-        "cudnn": _major_minor(sw.cudnn_version) if sw.cudnn_version and _known_version(sw.cudnn_version) else None,
-        "torch": _release(torch.version) if torch and _known_version(torch.version) else None,
-        "tensorflow": _release(tf.version) if tf and _known_version(tf.version) else None,
-    }
+    offered = _offered_stack(sw)
     not_judged: list[str] = []
     if offered["driver"] is None:
         not_judged.append(f"driver (not reported by {src})")

@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpulab.compat import delivery, platforms, resolve, versions
+from gpulab.compat import delivery, kernel_modules, platforms, resolve, versions
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build, ubuntu_release
 from gpulab.compat.data import GpuSpec, cudnn_wheel_pins
 from gpulab.compat.delivery import profile_installable_on
@@ -288,7 +288,9 @@ def _add_resolve(msub: Any) -> None:
     res.add_argument("--profile", help="auto (the default: newest stack the sources deliver), none, or a named stack")
     for flag in ("driver", "cuda", "cudnn", "torch", "tensorflow", "python"):
         res.add_argument(f"--{flag}", help=f"override (gpulab_stack.{flag}): {_FLAG_HELP[flag]}")
-    res.add_argument("--kernel-modules", choices=resolve.KERNEL_MODULES, help="override: open or proprietary modules")
+    res.add_argument(
+        "--kernel-modules", choices=kernel_modules.KERNEL_MODULES, help="override: open or proprietary modules"
+    )
     res.add_argument("--host-python", help="the host's python3 (major.minor); the frameworks' unless --python")
     for component, flag in _SOURCE_FLAGS.items():
         res.add_argument(

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpulab.compat import versions
+from gpulab.compat.entry import Entry
 from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
 
@@ -209,83 +210,14 @@ class Matrix:
     cudnn_wheels: tuple[CudnnWheel, ...] = ()
 
 
-class _Entry:
-    """Typed access to one YAML mapping; every failure names where it happened."""
-
-    def __init__(self, raw: Any, where: str) -> None:
-        if not isinstance(raw, dict):
-            raise GpulabError(f"matrix.yml: {where} must be a mapping, got {type(raw).__name__}.")
-        self.raw, self.where = raw, where
-
-    def _get(self, key: str, types: tuple[type, ...], optional: bool = False) -> Any:
-        if key not in self.raw:
-            raise GpulabError(f"matrix.yml: {self.where} is missing key {key!r}.")
-        value = self.raw[key]
-        if value is None and optional:
-            return None
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise GpulabError(f"matrix.yml: {self.where}.{key} has the wrong type ({value!r}).")
-        return value
-
-    def text(self, key: str) -> str:
-        value = self._get(key, (str,))
-        if not value.strip():
-            raise GpulabError(f"matrix.yml: {self.where}.{key} is empty.")
-        return str(value)
-
-    def opt_text(self, key: str) -> str | None:
-        value = self._get(key, (str,), optional=True)
-        return None if value is None else str(value)
-
-    def num(self, key: str) -> float:
-        return float(self._get(key, (int, float)))
-
-    def opt_num(self, key: str) -> float | None:
-        value = self._get(key, (int, float), optional=True)
-        return None if value is None else float(value)
-
-    def integer(self, key: str) -> int:
-        return int(self._get(key, (int,)))
-
-    def flag(self, key: str) -> bool:
-        return bool(self._get(key, (bool,)))
-
-    def opt_flag(self, key: str) -> bool:
-        """An optional boolean key: absent means false."""
-        return self.flag(key) if key in self.raw else False
-
-    def opt_version(self, key: str) -> str | None:
-        """An optional version key: absent or null means none."""
-        if self.raw.get(key) is None:
-            return None
-        return self.version(key)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self._get(key, (list,))
-        if not all(isinstance(item, str) and item for item in value):
-            raise GpulabError(f"matrix.yml: {self.where}.{key} must be a list of strings.")
-        return tuple(value)
-
-    def version(self, key: str) -> str:
-        value = self.text(key)
-        versions.parse(value, f"matrix.yml: {self.where}.{key}")
-        return value
-
-    def items(self, key: str) -> list[Any]:
-        value = self._get(key, (list,))
-        if not value:
-            raise GpulabError(f"matrix.yml: {self.where}.{key} is empty.")
-        return list(value)
-
-
-def _arch(entry: _Entry, key: str) -> str:
+def _arch(entry: Entry, key: str) -> str:
     value = entry.text(key)
     if value not in ARCHITECTURES:
         raise GpulabError(f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}.")
     return value
 
 
-def _gpu(e: _Entry) -> GpuSpec:
+def _gpu(e: Entry) -> GpuSpec:
     pci_ids = tuple(p.lower() for p in e.texts("pci_ids"))
     for pci in pci_ids:
         if not _PCI_ID.match(pci):
@@ -312,7 +244,7 @@ def _gpu(e: _Entry) -> GpuSpec:
     )
 
 
-def _bar1_mib(e: _Entry) -> int | None:
+def _bar1_mib(e: Entry) -> int | None:
     if e.raw.get("bar1_mib") is None:
         return None
     value = e.integer("bar1_mib")
@@ -321,7 +253,7 @@ def _bar1_mib(e: _Entry) -> int | None:
     return value
 
 
-def _cuda(e: _Entry) -> CudaRelease:
+def _cuda(e: Entry) -> CudaRelease:
     compat = e.opt_text("min_driver_compat")
     if compat is not None:
         versions.parse(compat, f"matrix.yml: {e.where}.min_driver_compat")
@@ -337,7 +269,7 @@ def _cuda(e: _Entry) -> CudaRelease:
     )
 
 
-def _driver(e: _Entry) -> DriverBranch:
+def _driver(e: Entry) -> DriverBranch:
     branch = e.text("branch")
     if not re.match(r"^R\d+$", branch):
         raise GpulabError(f"matrix.yml: {e.where}.branch={branch!r} must look like 'R580'.")
@@ -363,7 +295,7 @@ def _driver(e: _Entry) -> DriverBranch:
     )
 
 
-def _pair(e: _Entry, key: str) -> tuple[str, str]:
+def _pair(e: Entry, key: str) -> tuple[str, str]:
     values = e.texts(key)
     if len(values) != 2:
         raise GpulabError(f"matrix.yml: {e.where}.{key} must be a [low, high] pair.")
@@ -372,19 +304,19 @@ def _pair(e: _Entry, key: str) -> tuple[str, str]:
     return values[0], values[1]
 
 
-def _cudnn(e: _Entry) -> CudnnRelease:
+def _cudnn(e: Entry) -> CudnnRelease:
     builds = []
     for i, raw in enumerate(e.items("builds")):
-        b = _Entry(raw, f"{e.where}.builds[{i}]")
+        b = Entry(raw, f"{e.where}.builds[{i}]")
         (cuda_min, cuda_max), (cc_min, cc_max) = _pair(b, "cuda"), _pair(b, "cc")
         builds.append(CudnnBuild(cuda_min, cuda_max, cc_min, cc_max))
     return CudnnRelease(version=e.version("version"), builds=tuple(builds), source=e.text("source"))
 
 
-def _torch(e: _Entry) -> TorchRelease:
+def _torch(e: Entry) -> TorchRelease:
     builds = []
     for i, raw in enumerate(e.items("builds")):
-        b = _Entry(raw, f"{e.where}.builds[{i}]")
+        b = Entry(raw, f"{e.where}.builds[{i}]")
         cuda = b.version("cuda")
         tag = b.text("tag")
         if tag != "cu" + cuda.replace(".", ""):
@@ -402,7 +334,7 @@ def _torch(e: _Entry) -> TorchRelease:
     )
 
 
-def _tf(e: _Entry) -> TfRelease:
+def _tf(e: Entry) -> TfRelease:
     return TfRelease(
         version=e.version("version"),
         python=versions.expand_python(e.texts("python")),
@@ -417,8 +349,8 @@ def _tf(e: _Entry) -> TfRelease:
 _STACK_KEYS = ("gpu", "driver", "cuda", "cudnn", "torch", "tensorflow", "python", "os")
 
 
-def _profile(e: _Entry) -> Profile:
-    stack = _Entry(e.raw.get("stack"), f"{e.where}.stack")
+def _profile(e: Entry) -> Profile:
+    stack = Entry(e.raw.get("stack"), f"{e.where}.stack")
     unknown = set(stack.raw) - set(_STACK_KEYS)
     if unknown:
         raise GpulabError(f"matrix.yml: {stack.where} has unknown keys {sorted(unknown)}; use {_STACK_KEYS}.")
@@ -433,10 +365,10 @@ def _profile(e: _Entry) -> Profile:
 _OS_KEY = re.compile(r"^(debian)(\d+)$|^(ubuntu)(\d\d\.\d\d)$")
 
 
-def _packages(e: _Entry, key: str, what: str) -> tuple[ArchivePackage, ...]:
+def _packages(e: Entry, key: str, what: str) -> tuple[ArchivePackage, ...]:
     out = []
     for i, raw in enumerate(e.items(key)):
-        p = _Entry(raw, f"{e.where}.{key}[{i}]")
+        p = Entry(raw, f"{e.where}.{key}[{i}]")
         version = p.text(what)
         if what == "branch" and not re.match(r"^R\d+$", version):
             raise GpulabError(f"matrix.yml: {p.where}.branch={version!r} must look like 'R535'.")
@@ -448,7 +380,7 @@ def _packages(e: _Entry, key: str, what: str) -> tuple[ArchivePackage, ...]:
     return tuple(out)
 
 
-def _operating_system(e: _Entry) -> OperatingSystem:
+def _operating_system(e: Entry) -> OperatingSystem:
     key = e.text("os")
     match = _OS_KEY.match(key)
     if not match:
@@ -467,7 +399,7 @@ def _operating_system(e: _Entry) -> OperatingSystem:
     )
 
 
-def _lifecycle(e: _Entry) -> DriverLifecycle:
+def _lifecycle(e: Entry) -> DriverLifecycle:
     designation, end = e.text("designation"), e.text("support_end")
     if designation not in ("long-term", "production", "feature"):
         raise GpulabError(
@@ -478,7 +410,7 @@ def _lifecycle(e: _Entry) -> DriverLifecycle:
     return DriverLifecycle(branch=e.text("branch"), designation=designation, support_end=end, source=e.text("source"))
 
 
-def _repo_naming(e: _Entry) -> RepoNaming:
+def _repo_naming(e: Entry) -> RepoNaming:
     driver = e._get("driver", (dict,))
     if sorted(driver) != ["open", "proprietary"] or not all(isinstance(v, str) and v for v in driver.values()):
         raise GpulabError(f"matrix.yml: {e.where}.driver must map open and proprietary to package names.")
@@ -501,7 +433,7 @@ def _cudnn_wheels(raw: dict[str, Any]) -> tuple[CudnnWheel, ...]:
         raise GpulabError("matrix.yml: section 'cudnn_wheels' is missing or empty.")
     out = []
     for key, value in node.items():
-        e = _Entry(value, f"cudnn_wheels[{key!r}]")
+        e = Entry(value, f"cudnn_wheels[{key!r}]")
         if not re.match(r"^\d+\.\d+-cu\d+$", str(key)):
             raise GpulabError(f"matrix.yml: cudnn_wheels key {key!r} must look like '9.10-cu12'.")
         sha = e.text("sha256")
@@ -525,7 +457,7 @@ def _section(raw: dict[str, Any], path: str, parse: Any) -> tuple[Any, ...]:
         node = node.get(part) if isinstance(node, dict) else None
     if not isinstance(node, list) or not node:
         raise GpulabError(f"matrix.yml: section {path!r} is missing or empty.")
-    return tuple(parse(_Entry(item, f"{path}[{i}]")) for i, item in enumerate(node))
+    return tuple(parse(Entry(item, f"{path}[{i}]")) for i, item in enumerate(node))
 
 
 def _unique(items: tuple[Any, ...], attr: str, section: str) -> None:

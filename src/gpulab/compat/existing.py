@@ -17,7 +17,7 @@ from typing import Any
 from gpulab.compat import rules, versions
 from gpulab.compat.data import ARCHITECTURES
 from gpulab.compat.gpus import gpu_for
-from gpulab.compat.resolve import OPEN_ONLY_ARCHITECTURES
+from gpulab.compat.kernel_modules import OPEN_ONLY_ARCHITECTURES
 
 MODES = ("keep", "replace", "refuse")
 # Packages whose version is the driver's (the kernel-module and userspace packages of every packaging).

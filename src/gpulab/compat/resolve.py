@@ -14,20 +14,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict
 
-from gpulab.compat import delivery, lifecycle, platforms, rules, versions
+from gpulab.compat import delivery, lifecycle, platforms, versions
 from gpulab.compat.check import Stack, check_stack, selected_torch_build
-from gpulab.compat.data import ARCHITECTURES, GpuSpec, OperatingSystem, load_matrix
+from gpulab.compat.data import GpuSpec, OperatingSystem
 from gpulab.compat.delivery import Delivered, Shortfall, Sources
 from gpulab.compat.gpus import gpu_by_pci_id
+from gpulab.compat.kernel_modules import choose_kernel_modules
 from gpulab.compat.plan import plan_stack, profile
+from gpulab.compat.problems import Problems
 
 # Stack keys a user may set in `gpulab_stack`; `kernel_modules` picks open or proprietary kernel modules.
 STACK_KEYS = ("driver", "cuda", "cudnn", "torch", "tensorflow", "python", "kernel_modules")
-KERNEL_MODULES = ("auto", "open", "proprietary")
 SECURE_BOOT = ("enabled", "disabled", "unsupported")
-# The open GPU kernel modules are the only ones that drive these architectures (NVIDIA driver README,
-# "Open Linux Kernel Modules": Blackwell and newer require them).
-OPEN_ONLY_ARCHITECTURES = ("Blackwell",)
 _PROFILE_HELP = "'auto' (newest stack for the host's GPU), 'none', or a profile from `gpulab matrix show`"
 # The roles' variables that pick where each part comes from, and what each source is, for the fixes.
 SOURCE_VARS = {"driver": "nvidia_driver_source", "cuda": "cuda_toolkit_source", "cudnn": "cudnn_source"}
@@ -112,16 +110,9 @@ class Resolution(NamedTuple):
         return not self.problems
 
 
-class _Problems(list[str]):
-    def add(self, component: str, reason: str, fix: str) -> None:
-        line = f"[{component}] {reason} Fix: {fix}"
-        if line not in self:
-            self.append(line)
-
-
 @dataclass
 class _Context:
-    problems: _Problems
+    problems: Problems
     osr: OperatingSystem | None  # the host's OS, None when unknown or unsupported
     sources: Sources
 
@@ -148,7 +139,7 @@ def _os_name(distribution: str | None, version: str | None) -> str | None:
     return f"{distribution.lower()}{version or ''}"
 
 
-def _check_os(problems: _Problems, req: Request, release: str | None) -> None:
+def _check_os(problems: Problems, req: Request, release: str | None) -> None:
     supported = platforms.supported_releases()
     if req.distribution and req.distribution not in supported:
         names = " or ".join(f"{name} {'/'.join(releases)}" for name, releases in supported.items())
@@ -166,7 +157,7 @@ def _check_os(problems: _Problems, req: Request, release: str | None) -> None:
         )
 
 
-def _sources(req: Request, problems: _Problems) -> Sources:
+def _sources(req: Request, problems: Problems) -> Sources:
     given = {**DEFAULT_SOURCES, **{k: str(v).strip() for k, v in (req.sources or {}).items() if v is not None}}
     sources = Sources(
         driver="distro" if given["driver"] == AUTO else given["driver"],
@@ -367,7 +358,7 @@ def _profile_unavailable(ctx: _Context, osr: OperatingSystem, name: str, stack: 
     ctx.problems.add("profile", f"{name} cannot be installed on {osr.name}: {reasons}. {where}", fix)
 
 
-def _gpu_models(gpus: list[dict[str, Any]], problems: _Problems) -> list[tuple[dict[str, Any], GpuSpec]]:
+def _gpu_models(gpus: list[dict[str, Any]], problems: Problems) -> list[tuple[dict[str, Any], GpuSpec]]:
     found = []
     for gpu in gpus:
         spec = gpu_by_pci_id(str(gpu.get("pci_id", "")))
@@ -380,63 +371,6 @@ def _gpu_models(gpus: list[dict[str, Any]], problems: _Problems) -> list[tuple[d
             continue
         found.append((gpu, spec))
     return found
-
-
-def _kernel_modules(requested: str, driver: str | None, specs: list[GpuSpec], problems: _Problems) -> str | None:
-    if requested not in KERNEL_MODULES:
-        problems.add(
-            "kernel_modules",
-            f"gpulab_stack.kernel_modules is {requested!r}.",
-            f"use one of {', '.join(KERNEL_MODULES)}.",
-        )
-        return None
-    if not driver or not specs:
-        return None if requested == "auto" else requested
-    try:
-        branch = rules.branch_record(driver)
-    except Exception:
-        return None  # the stack check reports the unknown driver
-    oldest = branch.open_kernel_modules
-
-    def open_ok(arch: str) -> bool:
-        return oldest is not None and ARCHITECTURES.index(arch) >= ARCHITECTURES.index(oldest)
-
-    no_open = sorted({s.name for s in specs if not open_ok(s.architecture)})
-    need_open = sorted({s.name for s in specs if s.architecture in OPEN_ONLY_ARCHITECTURES})
-    if need_open and no_open:
-        problems.add(
-            "kernel_modules",
-            f"{', '.join(need_open)} need the open kernel modules, which do not drive {', '.join(no_open)}.",
-            "put these GPUs in different hosts.",
-        )
-        return None
-    if requested == "open" and no_open:
-        archs = sorted({s.architecture for s in specs if not open_ok(s.architecture)})
-        fix = "set gpulab_stack.kernel_modules to 'proprietary' (or 'auto', which picks it for this GPU)."
-        if oldest is None:
-            first = min((b for b in load_matrix().drivers if b.open_kernel_modules), key=lambda b: b.number)
-            reason = (
-                f"driver {branch.branch} ships no open kernel modules (the first is {first.branch}, for "
-                f"{first.open_kernel_modules} and newer)."
-            )
-        else:
-            reason = (
-                f"the open kernel modules of driver {branch.branch} do not drive {', '.join(no_open)} "
-                f"({', '.join(archs)}); they need {oldest} or newer."
-            )
-        problems.add("kernel_modules", reason, fix)
-        return None
-    if requested == "proprietary" and need_open:
-        problems.add(
-            "kernel_modules",
-            f"{', '.join(need_open)} are driven only by the open kernel modules.",
-            "set gpulab_stack.kernel_modules to 'open' (or 'auto').",
-        )
-        return None
-    if requested == "auto":
-        # The branch's own default (open from R560) where the open modules drive every GPU on the host.
-        return "open" if need_open or (branch.open_default and not no_open) else "proprietary"
-    return requested
 
 
 def _cudnn_by_cuda(ctx: _Context, cudnn: str | None, cudas: list[str], ccs: list[str]) -> dict[str, str | None]:
@@ -472,9 +406,54 @@ def _shortfalls(
         ctx.problems.add(short.component, short.reason, _switch_fix(short, otherwise))
 
 
+def _check_stack_keys(req: Request, problems: Problems) -> None:
+    unknown = sorted(set(req.stack) - set(STACK_KEYS))
+    if unknown:
+        problems.add("stack", f"gpulab_stack has unknown keys {unknown}.", f"use only {', '.join(STACK_KEYS)}.")
+
+
+def _cudnn_by_cuda_or_none(ctx: _Context, cudnn: str | None, cudas: list[str], ccs: list[str]) -> dict[str, str | None]:
+    """`_cudnn_by_cuda`, or {} when a version is malformed (that is already a problem)."""
+    try:
+        return _cudnn_by_cuda(ctx, cudnn, cudas, ccs)
+    except Exception:
+        return {}
+
+
+def _check_on_each_gpu(base: Stack, models: list[GpuSpec], problems: Problems) -> None:
+    """The stack's compatibility problems on every GPU model of the host (or with no GPU)."""
+    gpu_names: list[str | None] = [spec.name for spec in models] or [None]
+    for gpu_name in gpu_names:
+        for problem in check_stack(base.override(gpu=gpu_name)):
+            problems.add(problem.component, problem.reason, problem.fix)
+
+
+def _check_secure_boot(req: Request, problems: Problems) -> None:
+    """A driver on a host with Secure Boot on needs its modules signed (DKMS's Machine Owner Key enrolled)."""
+    if req.secure_boot == "enabled" and not req.secure_boot_signing:
+        problems.add(
+            "secure_boot",
+            "Secure Boot is enabled: the kernel refuses unsigned modules, so the NVIDIA driver would install and "
+            "never load.",
+            "disable Secure Boot in the firmware, or enroll DKMS's Machine Owner Key (mokutil --import "
+            "/var/lib/dkms/mok.pub, reboot, confirm) and set gpulab_secure_boot_signing: true.",
+        )
+
+
+def _gpu_entry(gpu: dict[str, Any], spec: GpuSpec) -> TargetGpu:
+    """One GPU of the target stack: where it sits and what it is."""
+    return {
+        "address": gpu.get("address"),
+        "pci_id": gpu.get("pci_id"),
+        "name": spec.name,
+        "architecture": spec.architecture,
+        "compute_capability": spec.compute_capability,
+    }
+
+
 def resolve(req: Request) -> Resolution:
     """(target stack, problems). The target is only meaningful when problems is empty."""
-    problems = _Problems()
+    problems = Problems()
     release = _release(req.distribution, req.distribution_version)
     os_name = _os_name(req.distribution, release)
     _check_os(problems, req, release)
@@ -483,9 +462,7 @@ def resolve(req: Request) -> Resolution:
     auto_driver = str((req.sources or {}).get("driver") or DEFAULT_SOURCES["driver"]).strip() == AUTO
     today = datetime.date.fromisoformat(req.today) if req.today else datetime.date.today()
 
-    unknown = sorted(set(req.stack) - set(STACK_KEYS))
-    if unknown:
-        problems.add("stack", f"gpulab_stack has unknown keys {unknown}.", f"use only {', '.join(STACK_KEYS)}.")
+    _check_stack_keys(req, problems)
     pairs = _gpu_models(req.gpus, problems)
     models = list({spec.name: spec for _, spec in pairs}.values())
 
@@ -508,10 +485,7 @@ def resolve(req: Request) -> Resolution:
     check_keys = ("driver", "cuda", "cudnn", "torch", "tensorflow", "python")
     # On an OS the roles provision, what its sources carry is checked below against the configured ones.
     base = Stack(**{k: stack.get(k) for k in check_keys}, os=None if osr else os_name)
-    gpu_names: list[str | None] = [spec.name for spec in models] or [None]
-    for gpu_name in gpu_names:
-        for problem in check_stack(base.override(gpu=gpu_name)):
-            problems.add(problem.component, problem.reason, problem.fix)
+    _check_on_each_gpu(base, models, problems)
 
     driver: str | None = stack.get("driver")
     if pairs and not driver and not refused:
@@ -520,22 +494,13 @@ def resolve(req: Request) -> Resolution:
             f"this host has {len(pairs)} NVIDIA GPU(s) but no driver version was requested.",
             f"set gpulab_profile to {_PROFILE_HELP}, or set gpulab_stack.driver.",
         )
-    kernel_modules = _kernel_modules(requested_modules, driver, models, problems)
-    if pairs and driver and req.secure_boot == "enabled" and not req.secure_boot_signing:
-        problems.add(
-            "secure_boot",
-            "Secure Boot is enabled: the kernel refuses unsigned modules, so the NVIDIA driver would install and "
-            "never load.",
-            "disable Secure Boot in the firmware, or enroll DKMS's Machine Owner Key (mokutil --import "
-            "/var/lib/dkms/mok.pub, reboot, confirm) and set gpulab_secure_boot_signing: true.",
-        )
+    kernel_modules = choose_kernel_modules(requested_modules, driver, models, problems)
+    if pairs and driver:
+        _check_secure_boot(req, problems)
 
     cudas = [versions.cuda_version(c) for c in _cuda_items(stack.get("cuda"))]
     ccs = [s.compute_capability for s in models]
-    try:
-        cudnn_by_cuda = _cudnn_by_cuda(ctx, stack.get("cudnn"), cudas, ccs)
-    except Exception:
-        cudnn_by_cuda = {}  # malformed versions are already problems
+    cudnn_by_cuda = _cudnn_by_cuda_or_none(ctx, stack.get("cudnn"), cudas, ccs)
     if osr is not None and pairs and not refused and not ctx.sources.invalid():
         _shortfalls(ctx, osr, driver, cudas, cudnn_by_cuda)
     torch_build = None
@@ -544,16 +509,7 @@ def resolve(req: Request) -> Resolution:
     target: TargetStack = {
         "profile": (req.profile or "none").strip().lower(),
         "has_gpu": bool(req.gpus),
-        "gpus": [
-            {
-                "address": gpu.get("address"),
-                "pci_id": gpu.get("pci_id"),
-                "name": spec.name,
-                "architecture": spec.architecture,
-                "compute_capability": spec.compute_capability,
-            }
-            for gpu, spec in pairs
-        ],
+        "gpus": [_gpu_entry(gpu, spec) for gpu, spec in pairs],
         "nvswitch": bool(req.nvswitches),
         "driver": driver,
         "driver_branch": str(versions.parse(driver)[0]) if driver and not problems else None,

@@ -237,12 +237,17 @@ def _mig(nv: Any, handle: Any) -> tuple[bool | None, list[MigDevice]]:
     return enabled, devices
 
 
-def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
-    """The device record and how many of its active NVLinks end at an NVSwitch."""
-    pci = _call(nv, "nvmlDeviceGetPciInfo_v3", handle) or _call(nv, "nvmlDeviceGetPciInfo", handle)
-    bus = _str(getattr(pci, "busId", None)) or ""
-    mem = _memory_info(nv, handle)
-    ecc_mode = _call(nv, "nvmlDeviceGetEccMode", handle)
+def _pcie_link(nv: Any, handle: Any) -> PcieLink:
+    return PcieLink(
+        gen_current=_call(nv, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        gen_max=_call(nv, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+        width_current=_call(nv, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        width_max=_call(nv, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+    )
+
+
+def _ecc_errors(nv: Any, handle: Any) -> EccErrors:
+    """The volatile and aggregate ECC error counts; None where the query fails."""
     corrected = _const(nv, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
     uncorrected = _const(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
     volatile = _const(nv, "NVML_VOLATILE_ECC", 0)
@@ -252,12 +257,40 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         value = _call(nv, "nvmlDeviceGetTotalEccErrors", handle, kind, counter)
         return int(value) if value is not None else None
 
+    return EccErrors(
+        volatile_corrected=ecc(corrected, volatile),
+        volatile_uncorrected=ecc(uncorrected, volatile),
+        aggregate_corrected=ecc(corrected, aggregate),
+        aggregate_uncorrected=ecc(uncorrected, aggregate),
+    )
+
+
+def _retirement(nv: Any, handle: Any) -> MemoryRetirement:
+    """Retired pages (older GPUs) and remapped rows (Ampere on); None where the query fails."""
+
     def retired(cause: str, default: int) -> int | None:
         pages = _call(nv, "nvmlDeviceGetRetiredPages", handle, _const(nv, cause, default))
         return len(pages) if pages is not None else None
 
     remap = _call(nv, "nvmlDeviceGetRemappedRows", handle)
     pending_pages = _call(nv, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    return MemoryRetirement(
+        retired_single_bit=retired("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
+        retired_double_bit=retired("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),
+        retired_pending=bool(pending_pages) if pending_pages is not None else None,
+        remapped_correctable=remap[0] if remap else None,
+        remapped_uncorrectable=remap[1] if remap else None,
+        remap_pending=bool(remap[2]) if remap else None,
+        remap_failure=bool(remap[3]) if remap else None,
+    )
+
+
+def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
+    """The device record and how many of its active NVLinks end at an NVSwitch."""
+    pci = _call(nv, "nvmlDeviceGetPciInfo_v3", handle) or _call(nv, "nvmlDeviceGetPciInfo", handle)
+    bus = _str(getattr(pci, "busId", None)) or ""
+    mem = _memory_info(nv, handle)
+    ecc_mode = _call(nv, "nvmlDeviceGetEccMode", handle)
     sm = _const(nv, "NVML_CLOCK_SM", 1)
     memclk = _const(nv, "NVML_CLOCK_MEM", 2)
     cc = _call(nv, "nvmlDeviceGetCudaComputeCapability", handle)
@@ -292,30 +325,12 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         pci_subsystem_id=split_pci_id(getattr(pci, "pciSubSystemId", None)),
         architecture=_ARCH.get(_call(nv, "nvmlDeviceGetArchitecture", handle) or -1),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
-        pcie=PcieLink(
-            gen_current=_call(nv, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
-            gen_max=_call(nv, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
-            width_current=_call(nv, "nvmlDeviceGetCurrPcieLinkWidth", handle),
-            width_max=_call(nv, "nvmlDeviceGetMaxPcieLinkWidth", handle),
-        ),
+        pcie=_pcie_link(nv, handle),
         memory_total_mib=_mib(getattr(mem, "total", None)),
         memory_used_mib=_mib(getattr(mem, "used", None)),
         ecc_enabled=bool(ecc_mode[0]) if ecc_mode else None,
-        ecc_errors=EccErrors(
-            volatile_corrected=ecc(corrected, volatile),
-            volatile_uncorrected=ecc(uncorrected, volatile),
-            aggregate_corrected=ecc(corrected, aggregate),
-            aggregate_uncorrected=ecc(uncorrected, aggregate),
-        ),
-        retirement=MemoryRetirement(
-            retired_single_bit=retired("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
-            retired_double_bit=retired("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),
-            retired_pending=bool(pending_pages) if pending_pages is not None else None,
-            remapped_correctable=remap[0] if remap else None,
-            remapped_uncorrectable=remap[1] if remap else None,
-            remap_pending=bool(remap[2]) if remap else None,
-            remap_failure=bool(remap[3]) if remap else None,
-        ),
+        ecc_errors=_ecc_errors(nv, handle),
+        retirement=_retirement(nv, handle),
         persistence_mode=bool(persistence) if persistence is not None else None,
         virtualization_mode=_VIRT.get(virt) if virt is not None else None,
         vbios_version=_str(_call(nv, "nvmlDeviceGetVbiosVersion", handle)),

@@ -136,6 +136,53 @@ def _last_line(log: Path) -> str:
     return lines[-1][-500:] if lines else "no output"
 
 
+def _sweep_shape(
+    backend: backends.Backend,
+    framework: str,
+    cfg: RunConfig,
+    builder: str | None,
+    gpus: int,
+    runs: int | None,
+    threads: int,
+) -> tuple[int, bool]:
+    """(runs, on GPU?) for a sweep, or GpulabError when the backend, GPUs, runs or threads do not fit."""
+    if builder is not None and not backend.takes_builder:
+        raise GpulabError(f"--builder builds torch workloads; {framework} takes none: drop --builder")
+    backend.check(cfg, builder)
+    runs = runs or gpus
+    if gpus < 1 or runs < 1:
+        raise GpulabError(f"a sweep needs at least one GPU and one run, got --gpus {gpus} --runs {runs}")
+    if runs < gpus:
+        raise GpulabError(f"--runs {runs} leaves GPUs idle; pass --runs {gpus} or more (or fewer --gpus)")
+    if runs % gpus:
+        raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
+    visible = backend.count_devices()
+    on_gpu = visible > 0
+    if on_gpu and gpus > visible:
+        raise GpulabError(f"asked for {gpus} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
+    if not on_gpu and gpus * threads > (os.cpu_count() or 1):
+        raise GpulabError(
+            f"{gpus} CPU processes × {threads} threads exceed the {os.cpu_count()} CPU cores; lower --gpus or --threads"
+        )
+    return runs, on_gpu
+
+
+def _psets(cfg: RunConfig, batch: int | None, runs: int, threads: int, config: str) -> list[dict[str, Any]]:
+    """One psweep parameter set per run: the run's index and what it trains, with the worker's message."""
+    return [
+        {
+            "run_index": i,
+            "workload": cfg.workload,
+            "precision": cfg.precision,
+            "size": cfg.size,
+            "batch": batch,
+            "threads": threads,
+            "config": config,
+        }
+        for i in range(runs)
+    ]
+
+
 def run_sweep(
     cfg: RunConfig,
     gpus: int,
@@ -158,24 +205,7 @@ def run_sweep(
     import psweep
 
     backend = backends.get(framework)
-    if builder is not None and not backend.takes_builder:
-        raise GpulabError(f"--builder builds torch workloads; {framework} takes none: drop --builder")
-    backend.check(cfg, builder)
-    runs = runs or gpus
-    if gpus < 1 or runs < 1:
-        raise GpulabError(f"a sweep needs at least one GPU and one run, got --gpus {gpus} --runs {runs}")
-    if runs < gpus:
-        raise GpulabError(f"--runs {runs} leaves GPUs idle; pass --runs {gpus} or more (or fewer --gpus)")
-    if runs % gpus:
-        raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
-    visible = backend.count_devices()
-    on_gpu = visible > 0
-    if on_gpu and gpus > visible:
-        raise GpulabError(f"asked for {gpus} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
-    if not on_gpu and gpus * threads > (os.cpu_count() or 1):
-        raise GpulabError(
-            f"{gpus} CPU processes × {threads} threads exceed the {os.cpu_count()} CPU cores; lower --gpus or --threads"
-        )
+    runs, on_gpu = _sweep_shape(backend, framework, cfg, builder, gpus, runs, threads)
     plan = plan_batch(cfg, gpus, batch_policy, scale_lr)
     ordinals = list(range(gpus)) if on_gpu else []
     sweep_dir = Path(sweep_dir).resolve()
@@ -186,18 +216,7 @@ def run_sweep(
         cfg, plan, "sweep", builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
     )
     config = json.dumps(message.to_dict())
-    psets = [
-        {
-            "run_index": i,
-            "workload": cfg.workload,
-            "precision": cfg.precision,
-            "size": cfg.size,
-            "batch": plan.per_device,
-            "threads": threads,
-            "config": config,
-        }
-        for i in range(runs)
-    ]
+    psets = _psets(cfg, plan.per_device, runs, threads, config)
     sampler = Sampler(backend.nvml_indices(ordinals)) if telemetry and ordinals else None
     with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
         func = functools.partial(

@@ -16,21 +16,34 @@ a regression, and the count and the spread (min–max) are shown; a spread wider
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.report import judge
+from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models
+from gpulab.report.compare_keys import (
+    KEY_FIELDS,
+    ResultKey,
+    ScalingRow,
+    SpeedupRow,
+    index_results,
+    key_text,
+    keys_summary,
+    median_watts,
+    normal_key,
+    own_precision_rows,
+    relative_rates,
+    scaling_rows,
+    speedup_rows,
+)
 from gpulab.report.formatting import num, ratio_pct
 from gpulab.report.model import Check, Report, Result
 
-ResultKey = tuple[str, str, str, int, str, str]
-KEY_FIELDS = ("workload", "framework", "launcher", "n", "precision", "device")
 MEDIAN_NOTE = "a row measured more than once in a report compares its median; regressions are judged on the median"
 
 
@@ -57,11 +70,6 @@ def parse_threshold(text: str | float) -> float:
             f"or '{raw}%' if you mean {raw} percent"
         )
     return value
-
-
-def key_text(key: ResultKey) -> str:
-    workload, framework, launcher, n, precision, device = key
-    return f"{workload}/{framework}/{launcher} n={n or 'all'} {precision}" + (f" {device}" if device else "")
 
 
 MODES = ("same", "different")
@@ -347,23 +355,6 @@ def _unique_labels(labels: Sequence[str]) -> list[str]:
     return out
 
 
-def _index(
-    results: Sequence[Result], keyer: Callable[[Result], ResultKey] = Result.key
-) -> dict[ResultKey, list[Result]]:
-    """Every measurement per key, in report order (a repeated run is a second measurement, not a duplicate)."""
-    out: dict[ResultKey, list[Result]] = {}
-    for r in results:
-        out.setdefault(keyer(r), []).append(r)
-    return out
-
-
-def _summary(keys: Sequence[ResultKey], limit: int = 6) -> str:
-    if not keys:
-        return "no results"
-    shown = ", ".join(key_text(k) for k in sorted(keys, key=str)[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
-
-
 def gpu_kind(fp: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     """(GPU model, count) pairs of a fingerprint, sorted: what decides the comparison mode."""
     counts: dict[str, int] = {}
@@ -378,16 +369,16 @@ def choose_mode(labels: Sequence[str], reports: Sequence[Report], forced: str | 
     A pseudo-report with no host in its fingerprint (`--known-good`) holds per-GPU rows: only its model counts.
     """
     fps = [rep.fingerprint for rep in reports]
-    kinds = [_gpu_models(fp) for fp in fps]
+    kinds = [gpu_models(fp) for fp in fps]
     real = [gpu_kind(fp) for fp in fps if fp.get("host") is not None]
     models = {tuple(name for name, _ in gpu_kind(fp)) for fp in fps}
     # Reports without GPUs (CPU-only runs) are the same kind of machine when their CPUs are.
-    cpus = {_cpu_kind(fp) for fp in fps}
+    cpus = {cpu_kind(fp) for fp in fps}
     same = len(set(real)) <= 1 and len(models) == 1 and (bool(models - {()}) or len(cpus) == 1)
     listed = "; ".join(f"{label}: {kind}" for label, kind in zip(short_labels(labels), kinds, strict=True))
     if same:
         hosts = [fp for fp in fps if fp.get("host") is not None] or fps
-        why = f"every report has {_gpu_models(hosts[0])}"
+        why = f"every report has {gpu_models(hosts[0])}"
     else:
         why = f"GPU models or counts differ ({listed})"
     if forced and forced not in MODES:
@@ -400,213 +391,6 @@ def choose_mode(labels: Sequence[str], reports: Sequence[Report], forced: str | 
     else:
         why += "; regression check against the baseline"
     return mode, why
-
-
-def _normal_key(r: Result) -> ResultKey:
-    """A row's key across different machines: all CPU threads as n=0, a per-GPU row as "each GPU"."""
-    workload, framework, launcher, n, precision, device = r.key()
-    if launcher == "cpu" and n > 1:
-        n = 0
-    if device.startswith("cuda:"):
-        device = "each GPU"
-    return (workload, framework, launcher, n, precision, device)
-
-
-OWN_PRECISION = "own"  # a workload row in the precision its machine trains in
-RELATIVE_UNIT = "x one GPU"  # a published figure given only as a ratio to the same run on one GPU
-WORKLOAD_UNITS = ("samples/s", "epochs/h", RELATIVE_UNIT)
-
-
-def _relative(
-    labels: Sequence[str], indexes: list[dict[ResultKey, list[Result]]]
-) -> tuple[list[dict[ResultKey, list[Result]]], list[str]]:
-    """Rows of one workload and launcher whose units differ between reports (a study's samples/s against a
-    write-up's epochs/h or "x one GPU") compare as what both can give: each report's rate over its own one-GPU
-    rate of the same series. Reports lacking the one-GPU row keep their rows (they show as "unit differs")."""
-
-    def group(key: ResultKey) -> tuple[Any, ...]:
-        return (key[0], key[1], key[2], key[5])
-
-    units: dict[tuple[Any, ...], set[str]] = {}
-    for idx in indexes:
-        for key, rs in idx.items():
-            if rs[0].unit in WORKLOAD_UNITS:
-                units.setdefault(group(key), set()).add(rs[0].unit)
-    mixed = {g for g, found in units.items() if len(found) > 1}
-    if not mixed:
-        return indexes, []
-    out, converted = [], set()
-    for idx in indexes:
-        renamed = dict(idx)
-        for g in mixed:
-            keys = [k for k in idx if group(k) == g]
-            ones = [k for k in keys if k[3] == 1]
-            if len(ones) != 1 or len({k[4] for k in keys}) != 1 or idx[ones[0]][0].unit == RELATIVE_UNIT:
-                continue
-            one = statistics.median(r.value for r in idx[ones[0]])
-            if one <= 0:
-                continue
-            for k in keys:
-                renamed[k] = [
-                    dataclasses.replace(r, value=r.value / one, unit=RELATIVE_UNIT, telemetry=None) for r in idx[k]
-                ]
-            converted.add(g)
-        out.append(renamed)
-    notes = [
-        f"{g[0]}/{g[1]}/{g[2]}: units differ between the reports; compared as speedup over each report's own one-GPU "
-        f"rate ({RELATIVE_UNIT})"
-        for g in sorted(converted, key=str)
-    ]
-    return out, notes
-
-
-def _own_precision(
-    labels: Sequence[str], indexes: list[dict[ResultKey, list[Result]]]
-) -> tuple[list[dict[ResultKey, list[Result]]], list[str]]:
-    """Across machines, a workload row found in one precision on one machine and another on the next (a P100's
-    fp32, an H100's TF32) is the same experiment run each machine's way: such rows meet under precision "own", and
-    a note says which precision each side used. Rows a machine has in several precisions stay apart."""
-
-    def bare(key: ResultKey) -> tuple[Any, ...]:
-        return (*key[:4], key[5])
-
-    def workload_rows(idx: dict[ResultKey, list[Result]]) -> dict[tuple[Any, ...], list[ResultKey]]:
-        out: dict[tuple[Any, ...], list[ResultKey]] = {}
-        for key, rs in idx.items():
-            if rs[0].launcher in names.LAUNCHERS and rs[0].unit in WORKLOAD_UNITS:
-                out.setdefault(bare(key), []).append(key)
-        return out
-
-    per_report = [workload_rows(idx) for idx in indexes]
-    shared = set.intersection(*(set(p) for p in per_report)) if per_report else set()
-    merge = {b for b in shared if all(len(p[b]) == 1 for p in per_report) and len({p[b][0][4] for p in per_report}) > 1}
-    notes = []
-    out = []
-    for idx, found in zip(indexes, per_report, strict=True):
-        renamed = dict(idx)
-        for b in merge:
-            (key,) = found[b]
-            own: ResultKey = (key[0], key[1], key[2], key[3], OWN_PRECISION, key[5])
-            renamed[own] = renamed.pop(key)
-        out.append(renamed)
-    for b in sorted(merge, key=str):
-        used = ", ".join(f"{lab} {p[b][0][4]}" for lab, p in zip(labels, per_report, strict=True))
-        notes.append(f"{b[0]}/{b[1]}/{b[2]} compared in each machine's own precision: {used}")
-    return out, notes
-
-
-def _watts(rs: Sequence[Result]) -> float | None:
-    """Median over a row's measurements of the summed mean board power of its GPUs."""
-    found = []
-    for r in rs:
-        per = (r.telemetry.per_gpu if r.telemetry else []) or []
-        powers = [float(g["power_mean_w"]) for g in per if isinstance(g.get("power_mean_w"), int | float)]
-        if powers:
-            found.append(sum(powers))
-    return statistics.median(found) if found else None
-
-
-def _stage(text: str) -> str:
-    """ "cpu:64 fp32" -> "cpu:all fp32": one CPU thread, all threads, or one GPU, whatever the machine."""
-    head, _, rest = text.partition(" ")
-    kind, _, n = head.partition(":")
-    if kind == "cpu" and n not in ("", "1"):
-        head = "cpu:all"
-    return f"{head} {rest}".strip()
-
-
-_STAGE_ORDER = {"cpu:1": 0, "cpu:all": 1, "gpu:1": 2}
-
-
-@dataclass
-class SpeedupRow:
-    """One speedup (one CPU thread -> all threads -> one GPU) across reports; `found[i]` = (from, to, ratio)."""
-
-    workload: str
-    framework: str
-    precision: str
-    step: str  # "cpu:1 -> cpu:all"
-    found: list[tuple[str, str, float] | None]
-
-    def cell(self, i: int) -> str:
-        f = self.found[i]
-        if f is None:
-            return "-"
-        return f"{f[2]:,.1f}x ({f[0]} -> {f[1]})" if "cpu:all" in self.step else f"{f[2]:,.1f}x"
-
-    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "framework": self.framework,
-            "precision": self.precision,
-            "step": self.step,
-            "found": {
-                label: {"from": f[0], "to": f[1], "ratio": f[2]} if f else None
-                for label, f in zip(labels, self.found, strict=True)
-            },
-        }
-
-
-@dataclass
-class ScalingRow:
-    """1 -> N scaling of one workload/launcher per report: (n, speedup, efficiency) at its largest n."""
-
-    workload: str
-    framework: str
-    launcher: str
-    precision: str
-    found: list[tuple[int, float, float] | None]
-
-    def cell(self, i: int) -> str:
-        f = self.found[i]
-        return "-" if f is None else f"1->{f[0]}: {f[1]:.2f}x ({f[2] * 100:.0f} % efficient)"
-
-    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "framework": self.framework,
-            "launcher": self.launcher,
-            "precision": self.precision,
-            "found": {
-                label: {"n": f[0], "speedup": f[1], "efficiency": f[2]} if f else None
-                for label, f in zip(labels, self.found, strict=True)
-            },
-        }
-
-
-def _speedups(reports: Sequence[Report]) -> list[SpeedupRow]:
-    keys: list[tuple[str, str, str, str]] = []
-    found: list[dict[tuple[str, str, str, str], tuple[str, str, float]]] = []
-    for rep in reports:
-        d: dict[tuple[str, str, str, str], tuple[str, str, float]] = {}
-        for sp in rep.speedups:
-            key = (sp.workload, sp.framework, sp.precision, f"{_stage(sp.from_)} -> {_stage(sp.to)}")
-            d.setdefault(key, (sp.from_, sp.to, sp.ratio))
-            if key not in keys:
-                keys.append(key)
-        found.append(d)
-
-    def order(key: tuple[str, str, str, str]) -> tuple[str, int, int, str]:
-        a, _, b = key[3].partition(" -> ")
-        return (key[0], _STAGE_ORDER.get(b.split()[0], 9), _STAGE_ORDER.get(a.split()[0], 9), key[2])
-
-    return [SpeedupRow(*key, found=[d.get(key) for d in found]) for key in sorted(keys, key=order)]
-
-
-def _scaling(reports: Sequence[Report]) -> list[ScalingRow]:
-    keys: list[tuple[str, str, str, str]] = []
-    found: list[dict[tuple[str, str, str, str], tuple[int, float, float]]] = []
-    for rep in reports:
-        d: dict[tuple[str, str, str, str], tuple[int, float, float]] = {}
-        for sc in rep.scaling:
-            key = (sc.workload, sc.framework, sc.launcher, sc.precision)
-            if sc.n > 1 and (key not in d or sc.n > d[key][0]):
-                d[key] = (sc.n, sc.speedup, sc.efficiency)
-            if sc.n > 1 and key not in keys:
-                keys.append(key)
-        found.append(d)
-    keys.sort(key=lambda k: (k[2] == "cpu", k))
-    return [ScalingRow(*key, found=[d.get(key) for d in found]) for key in keys]
 
 
 def _vm_sides(reports: Sequence[Report]) -> list[int | None]:
@@ -641,93 +425,33 @@ def compare(
         raise GpulabError(f"bad threshold {threshold_pct!r}: it must be a percentage from 0 to below 100")
     labels = _unique_labels([label for label, _ in reports])
     mode, why = choose_mode(labels, [rep for _, rep in reports], mode)
-    keyer = Result.key if mode == "same" else _normal_key
-    indexes = [_index(rep.results, keyer) for _, rep in reports]
-    indexes, relative = _relative(labels, indexes)
+    keyer = Result.key if mode == "same" else normal_key
+    indexes = [index_results(rep.results, keyer) for _, rep in reports]
+    indexes, relative = relative_rates(labels, indexes)
     own_precision: list[str] = []
     if mode == "different":
-        indexes, own_precision = _own_precision(labels, indexes)
-    base = indexes[0]
+        indexes, own_precision = own_precision_rows(labels, indexes)
     rel = judge.relation([rep for _, rep in reports], mode)
     quiet = [judge.quiet_host(rep) for _, rep in reports]
     published = [rep.tier == names.PUBLISHED_TIER for _, rep in reports]
 
-    base_checks = {c.name for c in reports[0][1].checks}
-    for label, idx, (_, rep) in zip(labels[1:], indexes[1:], reports[1:], strict=True):
-        if base.keys() & idx.keys():
-            continue
-        checks_only = not base and not idx and base_checks & {c.name for c in rep.checks}
-        if checks_only:
-            continue
-        raise GpulabError(
-            f"{labels[0]} and {label} share no results ({labels[0]} has: {_summary(list(base))}; "
-            f"{label} has: {_summary(list(idx))}): compare runs of the same tier/workloads"
-        )
-
+    _require_shared(labels, indexes, reports)
     keys: list[ResultKey] = []
     for idx in indexes:
         keys += [k for k in idx if k not in keys]
-    rows = []
-    for key in keys:
-        found = [idx.get(key, []) for idx in indexes]
-        measurements = [[r.value for r in rs] for rs in found]
-        values = [statistics.median(m) if m else None for m in measurements]
-        units = {r.unit for rs in found for r in rs}
-        unit = next(rs[0].unit for rs in found if rs)
-        ratios: list[float | None] = [None] * len(found)
-        regressed: list[str] = []
-        present = [lab for lab, r in zip(labels, found, strict=True) if r]
-        missing = [lab for lab, r in zip(labels, found, strict=True) if not r]
-        if missing:
-            status = f"only in {', '.join(present)}" if len(present) == 1 else f"missing in {', '.join(missing)}"
-        elif len(units) > 1:
-            status = f"unit differs ({' vs '.join(sorted(units))}): no ratio"
-        else:
-            status = "ok"
-        base_value = values[0]
-        side = judge.side(next(rs for rs in found if rs))
-        row_band, row_why = judge.band(
-            threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
+    rows = [
+        _result_row(
+            key,
+            [idx.get(key, []) for idx in indexes],
+            labels,
+            threshold_pct=threshold_pct,
+            mode=mode,
+            rel=rel,
+            quiet=quiet,
+            published=published,
         )
-        limit = 1 - row_band / 100
-        judged = mode == "same" and judge.judged(side, rel)
-        other_work = [
-            judge.work_difference(found[0], found[i], (published[0], published[i])) if found[0] and found[i] else ""
-            for i in range(len(found))
-        ]
-        if base_value is not None and base_value > 0 and len(units) == 1:
-            ratios[0] = 1.0
-            for i in range(1, len(found)):
-                value = values[i]
-                if value is None or other_work[i]:
-                    continue
-                ratio = value / base_value
-                ratios[i] = ratio
-                if ratio < limit and judged:
-                    regressed.append(labels[i])
-        elif base_value is not None and len(units) == 1 and status == "ok":
-            status = "no baseline value"
-        works = sorted({w for w in other_work if w})
-        if works:
-            status = f"{'; '.join(works)}: no ratio"
-        if regressed:
-            status = "regression"
-        rows.append(
-            Row(
-                key=key,
-                unit=unit,
-                values=values,
-                ratios=ratios,
-                status=status,
-                regressed_in=regressed,
-                measurements=measurements,
-                ns=[rs[0].n if rs else None for rs in found],
-                watts=[_watts(rs) for rs in found],
-                side=side,
-                band_pct=row_band if judged else None,
-                band_why=row_why if judged else judge.NOT_JUDGED if mode == "same" else "",
-            )
-        )
+        for key in keys
+    ]
 
     all_checks = [rep.checks for _, rep in reports]
     checks = _compare_checks(labels, all_checks)
@@ -735,13 +459,7 @@ def compare(
     if mode != "same":
         for c in checks:
             c.regressed_in = []
-    notes: list[str] = [*relative, *own_precision]
-    base_fp = reports[0][1].fingerprint
-    for label, (_, rep) in zip(labels[1:], reports[1:], strict=True):
-        found_notes = fingerprint_notes(base_fp, rep.fingerprint)
-        if len(reports) > 2:
-            found_notes = [f"{label} vs {labels[0]}: {n}" for n in found_notes]
-        notes += found_notes
+    notes: list[str] = [*relative, *own_precision, *_machine_notes(labels, reports)]
     return Comparison(
         labels=labels,
         threshold_pct=threshold_pct,
@@ -750,14 +468,114 @@ def compare(
         notes=notes,
         mode=mode,
         mode_reason=why,
-        speedups=_speedups([rep for _, rep in reports]),
-        scaling=_scaling([rep for _, rep in reports]),
+        speedups=speedup_rows([rep for _, rep in reports]),
+        scaling=scaling_rows([rep for _, rep in reports]),
         not_comparable=not_comparable,
         vm=_vm_sides([rep for _, rep in reports]) if mode == "same" else [None] * len(reports),
         prices=dict(prices or {}),
         relation=rel,
         hosts=[why for _, why in quiet],
     )
+
+
+def _require_shared(
+    labels: Sequence[str], indexes: Sequence[dict[ResultKey, list[Result]]], reports: Sequence[tuple[str, Report]]
+) -> None:
+    """Raise GpulabError when a report shares no result with the baseline (and not only checks)."""
+    base = indexes[0]
+    base_checks = {c.name for c in reports[0][1].checks}
+    for label, idx, (_, rep) in zip(labels[1:], indexes[1:], reports[1:], strict=True):
+        if base.keys() & idx.keys():
+            continue
+        checks_only = not base and not idx and base_checks & {c.name for c in rep.checks}
+        if checks_only:
+            continue
+        raise GpulabError(
+            f"{labels[0]} and {label} share no results ({labels[0]} has: {keys_summary(list(base))}; "
+            f"{label} has: {keys_summary(list(idx))}): compare runs of the same tier/workloads"
+        )
+
+
+def _result_row(
+    key: ResultKey,
+    found: list[list[Result]],
+    labels: Sequence[str],
+    *,
+    threshold_pct: float,
+    mode: str,
+    rel: str,
+    quiet: Sequence[tuple[bool | None, str]],
+    published: Sequence[bool],
+) -> Row:
+    """One row of the comparison: the median per report, the ratio to the baseline and the row's status."""
+    measurements = [[r.value for r in rs] for rs in found]
+    values = [statistics.median(m) if m else None for m in measurements]
+    units = {r.unit for rs in found for r in rs}
+    unit = next(rs[0].unit for rs in found if rs)
+    ratios: list[float | None] = [None] * len(found)
+    regressed: list[str] = []
+    present = [lab for lab, r in zip(labels, found, strict=True) if r]
+    missing = [lab for lab, r in zip(labels, found, strict=True) if not r]
+    if missing:
+        status = f"only in {', '.join(present)}" if len(present) == 1 else f"missing in {', '.join(missing)}"
+    elif len(units) > 1:
+        status = f"unit differs ({' vs '.join(sorted(units))}): no ratio"
+    else:
+        status = "ok"
+    base_value = values[0]
+    side = judge.side(next(rs for rs in found if rs))
+    row_band, row_why = judge.band(
+        threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
+    )
+    limit = 1 - row_band / 100
+    judged = mode == "same" and judge.judged(side, rel)
+    other_work = [
+        judge.work_difference(found[0], found[i], (published[0], published[i])) if found[0] and found[i] else ""
+        for i in range(len(found))
+    ]
+    if base_value is not None and base_value > 0 and len(units) == 1:
+        ratios[0] = 1.0
+        for i in range(1, len(found)):
+            value = values[i]
+            if value is None or other_work[i]:
+                continue
+            ratio = value / base_value
+            ratios[i] = ratio
+            if ratio < limit and judged:
+                regressed.append(labels[i])
+    elif base_value is not None and len(units) == 1 and status == "ok":
+        status = "no baseline value"
+    works = sorted({w for w in other_work if w})
+    if works:
+        status = f"{'; '.join(works)}: no ratio"
+    if regressed:
+        status = "regression"
+    return Row(
+        key=key,
+        unit=unit,
+        values=values,
+        ratios=ratios,
+        status=status,
+        regressed_in=regressed,
+        measurements=measurements,
+        ns=[rs[0].n if rs else None for rs in found],
+        watts=[median_watts(rs) for rs in found],
+        side=side,
+        band_pct=row_band if judged else None,
+        band_why=row_why if judged else judge.NOT_JUDGED if mode == "same" else "",
+    )
+
+
+def _machine_notes(labels: Sequence[str], reports: Sequence[tuple[str, Report]]) -> list[str]:
+    """The fingerprint differences of each report from the baseline, labelled when there are several."""
+    notes: list[str] = []
+    base_fp = reports[0][1].fingerprint
+    for label, (_, rep) in zip(labels[1:], reports[1:], strict=True):
+        found_notes = fingerprint_notes(base_fp, rep.fingerprint)
+        if len(reports) > 2:
+            found_notes = [f"{label} vs {labels[0]}: {n}" for n in found_notes]
+        notes += found_notes
+    return notes
 
 
 def _compare_checks(labels: Sequence[str], checks: Sequence[Sequence[Check]]) -> list[CheckRow]:
@@ -780,122 +598,3 @@ def _compare_checks(labels: Sequence[str], checks: Sequence[Sequence[Check]]) ->
         ]
         rows.append(CheckRow(name=name, statuses=statuses, messages=messages, regressed_in=regressed))
     return rows
-
-
-# --- fingerprint differences ----------------------------------------------------------------------
-
-
-def _fp(value: Report | dict[str, Any]) -> dict[str, Any]:
-    return value.fingerprint if isinstance(value, Report) else value
-
-
-def _show(value: Any) -> str:
-    if value is None or value == "":
-        return "unknown"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
-def _link(pcie: dict[str, Any] | None, which: str) -> str:
-    pcie = pcie or {}
-    gen, width = pcie.get(f"gen_{which}"), pcie.get(f"width_{which}")
-    if gen is None and width is None:
-        return "unknown"
-    return f"gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
-
-
-def _cpu_kind(fp: dict[str, Any]) -> tuple[str, int]:
-    cpu = (fp.get("host") or {}).get("cpu") or {}
-    return str(cpu.get("model")), int(cpu.get("threads") or 0)
-
-
-def _platform(fp: dict[str, Any]) -> str:
-    hyp = (fp.get("host") or {}).get("hypervisor")
-    return f"VM ({hyp})" if hyp else "bare metal"
-
-
-def _frameworks(fp: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(f.get("name")): f for f in (fp.get("software") or {}).get("frameworks") or []}
-
-
-def _gpu_models(fp: dict[str, Any]) -> str:
-    counts: dict[str, int] = {}
-    for g in fp.get("gpus") or []:
-        counts[str(g.get("name"))] = counts.get(str(g.get("name")), 0) + 1
-    return ", ".join(f"{n}x {name}" for name, n in sorted(counts.items())) or "no GPU"
-
-
-def _per_gpu(fp: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {int(g.get("index", i)): g for i, g in enumerate(fp.get("gpus") or [])}
-
-
-def _gpu_flag_note(what: str, a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], key: str) -> str | None:
-    changed = [i for i in sorted(a.keys() & b.keys()) if a[i].get(key) != b[i].get(key)]
-    if not changed:
-        return None
-    before = {_show(a[i].get(key)) for i in changed}
-    after = {_show(b[i].get(key)) for i in changed}
-    gpus = ", ".join(str(i) for i in changed)
-    return f"{what} on GPU {gpus}: {'/'.join(sorted(before))} → {'/'.join(sorted(after))}"
-
-
-def fingerprint_notes(a: Report | dict[str, Any], b: Report | dict[str, Any]) -> list[str]:
-    """Differences between two fingerprints (baseline `a`, then `b`) that can explain a performance change."""
-    fa, fb = _fp(a), _fp(b)
-    ha, hb = fa.get("host") or {}, fb.get("host") or {}
-    sa, sb = fa.get("software") or {}, fb.get("software") or {}
-    notes: list[str] = []
-
-    def diff(label: str, va: Any, vb: Any) -> None:
-        if va != vb:
-            notes.append(f"{label}: {_show(va)} → {_show(vb)}")
-
-    diff("host", ha.get("hostname"), hb.get("hostname"))
-    diff("platform", _platform(fa), _platform(fb))
-    ga, gb = fa.get("gpus") or [], fb.get("gpus") or []
-    diff("GPU count", len(ga), len(gb))
-    if _gpu_models(fa) != _gpu_models(fb) and {g.get("name") for g in ga} != {g.get("name") for g in gb}:
-        notes.append(f"GPU model: {_gpu_models(fa)} → {_gpu_models(fb)}")
-    diff("NVIDIA driver", sa.get("driver_version"), sb.get("driver_version"))
-    diff("CUDA (driver)", sa.get("cuda_driver_version"), sb.get("cuda_driver_version"))
-    diff("nvcc", sa.get("nvcc_version"), sb.get("nvcc_version"))
-    diff("cuDNN", sa.get("cudnn_version"), sb.get("cudnn_version"))
-    diff("NCCL", sa.get("nccl_version"), sb.get("nccl_version"))
-    fwa, fwb = _frameworks(fa), _frameworks(fb)
-    for name in sorted(fwa.keys() | fwb.keys()):
-        x, y = fwa.get(name) or {}, fwb.get(name) or {}
-        diff(name, x.get("version") if x else "not installed", y.get("version") if y else "not installed")
-        if x and y:
-            diff(f"{name} built with CUDA", x.get("built_cuda"), y.get("built_cuda"))
-            diff(f"{name} cuDNN", x.get("built_cudnn"), y.get("built_cudnn"))
-    diff("python", sa.get("python"), sb.get("python"))
-
-    ca, cb = ha.get("cpu") or {}, hb.get("cpu") or {}
-    diff("CPU model", ca.get("model"), cb.get("model"))
-    diff("CPU threads", ca.get("threads"), cb.get("threads"))
-    diff("NUMA nodes", len(ha.get("numa_nodes") or []), len(hb.get("numa_nodes") or []))
-    diff("kernel", ha.get("kernel"), hb.get("kernel"))
-
-    pa, pb = _per_gpu(fa), _per_gpu(fb)
-    for i in sorted(pa.keys() & pb.keys()):
-        la, lb = _link(pa[i].get("pcie"), "current"), _link(pb[i].get("pcie"), "current")
-        if la != lb:
-            notes.append(f"GPU {i} PCIe link: {la} → {lb} (max {_link(pb[i].get('pcie'), 'max')})")
-    for what, key in (
-        ("NUMA node", "numa_node"),
-        ("ECC", "ecc_enabled"),
-        ("persistence mode", "persistence_mode"),
-        ("power limit (W)", "power_limit_w"),
-        ("max SM clock (MHz)", "max_sm_clock_mhz"),
-        ("virtualization mode", "virtualization_mode"),
-    ):
-        note = _gpu_flag_note(what, pa, pb, key)
-        if note:
-            notes.append(note)
-
-    ea, eb = sa.get("env") or {}, sb.get("env") or {}
-    for var in sorted(ea.keys() | eb.keys()):
-        if ea.get(var) != eb.get(var):
-            notes.append(f"env {var}: {ea.get(var, '(unset)')} → {eb.get(var, '(unset)')}")
-    return notes

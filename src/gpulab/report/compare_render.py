@@ -6,7 +6,8 @@ import html
 import io
 from dataclasses import dataclass, field
 
-from gpulab.report.compare import MEDIAN_NOTE, Comparison, key_text, short_labels
+from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
+from gpulab.report.compare_keys import key_text
 from gpulab.report.formatting import name_list, num, ratio_pct
 
 
@@ -22,36 +23,8 @@ def _row_name(key: tuple[str, str, str, int, str, str]) -> str:
     return key_text(key)
 
 
-def sections(c: Comparison) -> list[Section]:
-    names = short_labels(c.labels)
-    labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
-    legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
-    out = [
-        Section("verdict", lines=[c.verdict, *c.regressions]),
-        Section("mode", lines=[c.mode_line, c.relation_line, f"reports: {legend} (ratios against {labels[0]})"]),
-    ]
-    if c.speedups:
-        out.append(
-            Section(
-                "speedups (one CPU thread -> all threads -> one GPU)",
-                ["workload", "framework", "precision", "step", *labels],
-                [
-                    [s.workload, s.framework, s.precision, s.step, *[s.cell(i) for i in range(len(labels))]]
-                    for s in c.speedups
-                ],
-            )
-        )
-    if c.scaling:
-        out.append(
-            Section(
-                "scaling (1 -> N)",
-                ["workload", "framework", "launcher", "precision", *labels],
-                [
-                    [s.workload, s.framework, s.launcher, s.precision, *[s.cell(i) for i in range(len(labels))]]
-                    for s in c.scaling
-                ],
-            )
-        )
+def _throughputs(c: Comparison, labels: list[str]) -> Section:
+    """The results table: each report's value and ratio to the baseline, per GPU, per W and per $ when known."""
     multi = any(r.per_gpu(i) != r.values[i] for r in c.rows for i in range(len(labels)))
     power = any(r.per_watt(i) for r in c.rows for i in range(len(labels)))
     headers = ["result", "unit"]
@@ -109,7 +82,40 @@ def sections(c: Comparison) -> list[Section]:
         )
     if c.prices:
         notes.append("per $: value x 3600 / USD per hour (samples per dollar)")
-    out.append(Section("throughputs", headers, rows, notes))
+    return Section("throughputs", headers, rows, notes)
+
+
+def sections(c: Comparison) -> list[Section]:
+    names = short_labels(c.labels)
+    labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
+    legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
+    out = [
+        Section("verdict", lines=[c.verdict, *c.regressions]),
+        Section("mode", lines=[c.mode_line, c.relation_line, f"reports: {legend} (ratios against {labels[0]})"]),
+    ]
+    if c.speedups:
+        out.append(
+            Section(
+                "speedups (one CPU thread -> all threads -> one GPU)",
+                ["workload", "framework", "precision", "step", *labels],
+                [
+                    [s.workload, s.framework, s.precision, s.step, *[s.cell(i) for i in range(len(labels))]]
+                    for s in c.speedups
+                ],
+            )
+        )
+    if c.scaling:
+        out.append(
+            Section(
+                "scaling (1 -> N)",
+                ["workload", "framework", "launcher", "precision", *labels],
+                [
+                    [s.workload, s.framework, s.launcher, s.precision, *[s.cell(i) for i in range(len(labels))]]
+                    for s in c.scaling
+                ],
+            )
+        )
+    out.append(_throughputs(c, labels))
     changed = [ch for ch in c.checks if len(set(ch.statuses)) > 1 and ch.name not in c.not_comparable]
     if changed:
         out.append(

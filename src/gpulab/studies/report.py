@@ -19,8 +19,12 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.report.formatting import stand_ins_summary
+from gpulab.report.html_page import CSS, html_table, img_tag
 from gpulab.report.io import atomic_write_text
-from gpulab.report.render import CSS, Markup, _e, _figure, _html_table, _img, _md_table, _png, fmt_num
+from gpulab.report.markdown import md_table
+from gpulab.report.plots import new_figure, png_base64
+from gpulab.report.svg import Markup, escape
+from gpulab.report.views import fmt_num
 from gpulab.studies import baselines, ledger
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
@@ -197,7 +201,7 @@ def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = (
     drawn = [r for r in runs if r.status == "ok" and len(r.curve) >= 2][:limit]
     if not drawn:
         return None
-    fig = _figure(9, 4)
+    fig = new_figure(9, 4)
     ax = fig.add_subplot(1, 1, 1)
     labelled = bool(columns) and len(drawn) <= LEGEND_MAX
     for r in drawn:
@@ -217,7 +221,7 @@ def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = (
     if labelled:
         ax.legend(fontsize="small")
     ax.set_title(f"loss curves ({len(drawn)} runs)")
-    return _png(fig)
+    return png_base64(fig)
 
 
 LEGEND_VALUES = 12  # more values than this: a colour bar over the values instead of legend entries
@@ -242,7 +246,7 @@ def plot_param_curves(runs: Sequence[Run], name: str) -> str | None:
     values = sorted({_short(r.values.get(name)) for r in drawn}, key=lambda v: (_as_number(v), v))
     cmap = mpl.colormaps["viridis"]
     colour = {v: cmap(i / max(1, len(values) - 1)) for i, v in enumerate(values)}
-    fig = _figure(9, 3.6)
+    fig = new_figure(9, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     labelled: set[str] = set()
     for r in sorted(drawn, key=lambda r: values.index(_short(r.values.get(name)))):
@@ -265,7 +269,7 @@ def plot_param_curves(runs: Sequence[Run], name: str) -> str | None:
         bar.set_label(name)
     ax.set_title(f"loss curves varying {name} ({len(drawn)} runs)")
     fig.tight_layout()
-    return _png(fig)
+    return png_base64(fig)
 
 
 def _as_number(text: str) -> float:
@@ -412,14 +416,14 @@ def to_markdown(page: StudyPage) -> str:
     if page.stand_ins_line:
         out += [f"- **{page.stand_ins_line}**"]
     out += ["", "## Workers", ""]
-    out += _md_table(
+    out += md_table(
         ("worker", "runs", "busy", "share of wall time"),
         [(w, n, fmt_num(b, "s"), f"{100 * u:.0f} %") for w, n, b, u in page.summary.per_worker],
     )
     if page.gpu_use:
-        out += ["", "GPU use while the study ran (NVML):", "", *_md_table(GPU_USE_HEADERS, page.gpu_use)]
+        out += ["", "GPU use while the study ran (NVML):", "", *md_table(GPU_USE_HEADERS, page.gpu_use)]
     out += ["", "## Runs", ""]
-    out += _md_table(_RUN_HEADERS(page.columns), _runs_rows(page.runs, page.columns))
+    out += md_table(_RUN_HEADERS(page.columns), _runs_rows(page.runs, page.columns))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -484,9 +488,9 @@ def _best(members: Sequence[Run]) -> Run | None:
 
 def _figure_html(src: str | None, alt: str, caption: str, *, best: bool = False) -> str:
     img = (
-        f'<img{" class=best" if best else ""} alt="{_e(alt)}" src="data:image/jpeg;base64,{src}">'
+        f'<img{" class=best" if best else ""} alt="{escape(alt)}" src="data:image/jpeg;base64,{src}">'
         if src
-        else f'<div class="missing">{_e("no image")}</div>'
+        else f'<div class="missing">{escape("no image")}</div>'
     )
     return f"<figure>{img}<figcaption>{caption}</figcaption></figure>"
 
@@ -495,7 +499,7 @@ def _refs_html(study: Study) -> str:
     figures = []
     for label, source, array in references(study):
         thumb = _thumbnail(array) if array is not None else None
-        caption = f'<span class="value">{_e(label)}</span><br>{_e(source)}'
+        caption = f'<span class="value">{escape(label)}</span><br>{escape(source)}'
         figures.append(_figure_html(thumb, label, caption).replace("<figure>", '<figure class="ref">', 1))
     return f"<div class='refs'>{''.join(figures)}</div>" if figures else ""
 
@@ -508,11 +512,11 @@ def _grid_html(page: StudyPage) -> str:
         figures = []
         for r in members:
             value = _short(r.values.get(name)) if name in r.values else _caption(r, None)
-            lines = [f'<span class="value">{_e(value)}</span>']
+            lines = [f'<span class="value">{escape(value)}</span>']
             if r.status != "ok":
-                lines.append(f'<span class="failed">{_e(r.status)}</span>')
+                lines.append(f'<span class="failed">{escape(r.status)}</span>')
             elif r.final_loss is not None:
-                lines.append(f"loss {_e(f'{r.final_loss:.3g}')}")
+                lines.append(f"loss {escape(f'{r.final_loss:.3g}')}")
             if r is best:
                 lines.append('<span class="best">★ lowest loss</span>')
             alt = _caption(r, name if name in r.values else None)
@@ -524,7 +528,7 @@ def _grid_html(page: StudyPage) -> str:
         if name in LOSS_WEIGHTS:
             note += f" ({name} weighs the loss itself: losses under different values do not compare; judge the images)"
         parts.append(
-            f"<h3>{_e(name)}</h3><p class='note'>{_e(note)}</p>"
+            f"<h3>{escape(name)}</h3><p class='note'>{escape(note)}</p>"
             f"<div class='prow'>{refs}<div class='grid'>{''.join(figures)}</div></div>"
         )
     return "".join(parts)
@@ -534,19 +538,19 @@ def to_html(page: StudyPage) -> str:
     """The page, self-contained: plots and images embedded."""
     s = page.study
     title = f"Study {s.name}" + (f" ({s.variant})" if s.variant else "")
-    body = [f"<h1>{_e(title)}</h1>"]
+    body = [f"<h1>{escape(title)}</h1>"]
     if s.title:
-        body.append(f"<p class='run'>{_e(s.title)}</p>")
+        body.append(f"<p class='run'>{escape(s.title)}</p>")
     if page.counts_line:
-        body.append(f"<p class='headline'>{_e(page.counts_line)}</p>")
-    body.append(f"<p class='headline'>{_e(headline(page.summary, s.whole_machine))}</p>")
+        body.append(f"<p class='headline'>{escape(page.counts_line)}</p>")
+    body.append(f"<p class='headline'>{escape(headline(page.summary, s.whole_machine))}</p>")
     if page.baseline_line:
-        body.append(f"<p class='headline'>{_e(page.baseline_line)}</p>")
+        body.append(f"<p class='headline'>{escape(page.baseline_line)}</p>")
     if page.stand_ins_line:
-        body.append(f"<p class='banner'>{_e(page.stand_ins_line)}</p>")
+        body.append(f"<p class='banner'>{escape(page.stand_ins_line)}</p>")
     body.append("<h2>Workers</h2>")
     body.append(
-        _html_table(
+        html_table(
             ("worker", "runs", "busy", "share of wall time"),
             [(w, n, fmt_num(b, "s"), f"{100 * u:.0f} %") for w, n, b, u in page.summary.per_worker],
             num_cols=(1, 2, 3),
@@ -554,23 +558,23 @@ def to_html(page: StudyPage) -> str:
     )
     if page.gpu_use:
         body.append("<h3>GPU use while the study ran (NVML)</h3>")
-        body.append(_html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
+        body.append(html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
     if s.vary.mode == "star" and s.vary.params:
         plots = [(n, plot_param_curves([r for r in page.runs if r.vary == n], n)) for n in s.vary.params]
-        shown = "".join(_img(png, f"loss curves varying {n}") for n, png in plots if png)
+        shown = "".join(img_tag(png, f"loss curves varying {n}") for n, png in plots if png)
         if shown:
             body.append("<h2>Loss curves</h2>" + shown)
     elif curves := plot_curves(page.runs, columns=page.columns):
-        body.append("<h2>Loss curves</h2>" + _img(curves, "loss curves"))
+        body.append("<h2>Loss curves</h2>" + img_tag(curves, "loss curves"))
     grids = _grid_html(page)
     if grids:
         body.append("<h2>Images per parameter</h2>" + grids)
     headers = _RUN_HEADERS(page.columns)
     body.append("<h2>Runs</h2>")
     body.append(
-        _html_table(headers, _runs_rows(page.runs, page.columns), num_cols=(4, 5, 6), status_col=len(page.columns) + 1)
+        html_table(headers, _runs_rows(page.runs, page.columns), num_cols=(4, 5, 6), status_col=len(page.columns) + 1)
     )
-    head = f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+    head = f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
     return head + f"<style>{CSS}{EXTRA_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
 
 

@@ -154,18 +154,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def study_from_dict(
-    data: Any,
-    *,
-    where: str = "study",
-    variant: str | None = None,
-    base_dir: Path | None = None,
-    path: Path | None = None,
-) -> Study:
-    if not isinstance(data, dict):
-        raise GpulabError(f"{where} is not a mapping of keys (study, workload, fixed, vary, ...); {HINT}")
-    data = _apply_variant(data, variant, where)
-    problems: list[str] = []
+def _identity(data: dict[Any, Any], problems: list[str]) -> tuple[Any, Any, Any, Any, Any]:
+    """(name, workload, framework, size, precision) as the study names them; what is wrong goes to `problems`."""
     unknown = sorted(str(k) for k in data if k not in TOP_KEYS)
     if unknown:
         problems.append(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(TOP_KEYS)}")
@@ -186,6 +176,31 @@ def study_from_dict(
     precision = data.get("precision", "plan")
     if precision != "plan" and precision not in names.TRAINING_PRECISIONS:
         problems.append(f"precision: {precision!r} is not plan or one of {', '.join(names.TRAINING_PRECISIONS)}")
+    return name, workload, framework, size, precision
+
+
+def _raise_problems(problems: list[str], where: str, variant: str | None) -> None:
+    """GpulabError listing every problem found in a study, when there is one."""
+    if problems:
+        head = f"{where}" + (f" (variant {variant})" if variant else "")
+        if len(problems) == 1:
+            raise GpulabError(f"{head}: {problems[0]}; {HINT}")
+        raise GpulabError(f"{head} has {len(problems)} problems ({HINT}):\n  " + "\n  ".join(problems))
+
+
+def study_from_dict(
+    data: Any,
+    *,
+    where: str = "study",
+    variant: str | None = None,
+    base_dir: Path | None = None,
+    path: Path | None = None,
+) -> Study:
+    if not isinstance(data, dict):
+        raise GpulabError(f"{where} is not a mapping of keys (study, workload, fixed, vary, ...); {HINT}")
+    data = _apply_variant(data, variant, where)
+    problems: list[str] = []
+    name, workload, framework, size, precision = _identity(data, problems)
     fixed = data.get("fixed") or {}
     if not isinstance(fixed, dict):
         problems.append("fixed: not a mapping of parameter: value")
@@ -217,11 +232,7 @@ def study_from_dict(
     if isinstance(workload, str) and workload:
         _check_params(workload, fixed, vary, problems)
     _check_size(vary, data.get("repeat", 1), problems)
-    if problems:
-        head = f"{where}" + (f" (variant {variant})" if variant else "")
-        if len(problems) == 1:
-            raise GpulabError(f"{head}: {problems[0]}; {HINT}")
-        raise GpulabError(f"{head} has {len(problems)} problems ({HINT}):\n  " + "\n  ".join(problems))
+    _raise_problems(problems, where, variant)
     return Study(
         name=str(name),
         workload=str(workload),

@@ -420,7 +420,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = lab.finish(interrupted=interrupted, command=command)
     path = write_report(report, default_report_path(lab.options.report_dir, lab.hostname))
     session.config.stash[REPORT_PATH_KEY] = path
-    from gpulab.report.render import inconclusive_text, verdict
+    from gpulab.report.views import inconclusive_text, verdict
 
     if verdict(report) == "inconclusive" and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = EXIT_INCONCLUSIVE

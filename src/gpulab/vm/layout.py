@@ -153,12 +153,8 @@ def _float(host: Host, spec: VmSpec, layout: Layout) -> None:
     layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
 
 
-def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None:
-    nodes = _pin_nodes(host, spec, gpus, layout)
-    layout.host_nodes = nodes
-    if not nodes:
-        _float(host, spec, layout)
-        return
+def _check_cells(spec: VmSpec, nodes: Sequence[int]) -> None:
+    """The guest gets one socket per NUMA node the GPUs span: its vCPUs must split evenly over them."""
     if spec.vcpus < len(nodes):
         raise GpulabError(
             f"{spec.name}: the GPUs span NUMA nodes {', '.join(map(str, nodes))}, which needs one vCPU per node at "
@@ -170,6 +166,29 @@ def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None
             f"node, so {spec.vcpus} vCPUs do not split evenly; give vcpus a multiple of {len(nodes)} or set "
             "numa_pinning: false."
         )
+
+
+def _place_emulator(layout: Layout, housekeeping: tuple[int, ...], vcpu_cpus: list[int]) -> None:
+    """QEMU's emulator and I/O threads on the housekeeping CPUs, else (with a warning) on the vCPUs' CPUs."""
+    if housekeeping:
+        layout.emulator_cpuset = format_cpulist(housekeeping)
+        layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
+    else:
+        layout.emulator_cpuset = format_cpulist(vcpu_cpus)
+        layout.warnings.append(
+            f"no host CPU is left for QEMU's emulator and I/O threads, so they share the vCPUs' CPUs "
+            f"({layout.emulator_cpuset}) and steal time from the guest; lower vcpus by a core or name "
+            "housekeeping_cpus."
+        )
+
+
+def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None:
+    nodes = _pin_nodes(host, spec, gpus, layout)
+    layout.host_nodes = nodes
+    if not nodes:
+        _float(host, spec, layout)
+        return
+    _check_cells(spec, nodes)
     per_cell = spec.vcpus // len(nodes)
     housekeeping = named_housekeeping(host, spec) if spec.housekeeping_cpus else ()
     node_cpus = {n: host.numa_node(n).cpus for n in nodes}  # type: ignore[union-attr]
@@ -204,16 +223,7 @@ def _numa(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) -> None
             )
         vcpu_cpus.extend(cpus)
     layout.pins = [Pin(v, str(c)) for v, c in enumerate(vcpu_cpus)]
-    if housekeeping:
-        layout.emulator_cpuset = format_cpulist(housekeeping)
-        layout.notes.append(f"QEMU's emulator and I/O threads on housekeeping CPUs {layout.emulator_cpuset}")
-    else:
-        layout.emulator_cpuset = format_cpulist(vcpu_cpus)
-        layout.warnings.append(
-            f"no host CPU is left for QEMU's emulator and I/O threads, so they share the vCPUs' CPUs "
-            f"({layout.emulator_cpuset}) and steal time from the guest; lower vcpus by a core or name "
-            "housekeeping_cpus."
-        )
+    _place_emulator(layout, housekeeping, vcpu_cpus)
     layout.numa_nodeset = format_cpulist(nodes)
     threads_text = f", {threads} threads per core" if threads > 1 else ""
     if len(nodes) == 1:

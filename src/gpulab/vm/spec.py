@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import yaml
 from gpulab.compat.rules import driver_branch
 from gpulab.errors import GpulabError, yaml_problem
 from gpulab.paths import read_input_text, shown
+from gpulab.vm.partitions import NVSWITCH_MODES, PARTITIONS_FORM, NvswitchSpec, parse_partitions, partition_id
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.sysfs import parse_cpulist
 
@@ -96,17 +96,6 @@ class KernelBoot:
 class RomSpec:
     file: Path | None = None  # a ROM image QEMU shows the guest instead of the card's own
     bar: bool = True  # False: the guest sees no ROM BAR at all
-
-
-NVSWITCH_MODES = ("passthrough", "shared")
-
-
-@dataclass(frozen=True)
-class NvswitchSpec:
-    mode: str  # passthrough: every GPU and NVSwitch to this VM; shared: a partition of the host's Fabric Manager
-    partition: int | None = None
-    partitions: Mapping[int, tuple[PciAddress, ...]] | None = None  # partition id -> its GPUs
-    partitions_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -443,52 +432,6 @@ def _gpu_rom(r: _Reader) -> RomSpec | None:
     return RomSpec(file=file, bar=bar)
 
 
-def _partition_id(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return None
-
-
-def _addresses(value: Any) -> tuple[PciAddress, ...] | None:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    try:
-        return tuple(PciAddress.parse(v) for v in value)
-    except GpulabError:
-        return None
-
-
-def parse_partitions(data: Any) -> dict[int, tuple[PciAddress, ...]] | None:
-    """A partition layout: {id: [GPU PCI addresses]}, or the `partitionInfo` JSON of Fabric Manager's partition
-    list (`fmpm -l`: each partition's partitionId and gpuInfo[].pciBusId). None when it is neither."""
-    if isinstance(data, dict) and isinstance(data.get("partitionInfo"), list):
-        layout: dict[int, tuple[PciAddress, ...]] = {}
-        for entry in data["partitionInfo"]:
-            if not isinstance(entry, dict) or not isinstance(entry.get("gpuInfo"), list):
-                return None
-            pid = _partition_id(entry.get("partitionId"))
-            gpus = _addresses([g.get("pciBusId") for g in entry["gpuInfo"] if isinstance(g, dict)])
-            if pid is None or gpus is None:
-                return None
-            layout[pid] = gpus
-        return layout
-    if not isinstance(data, dict) or not data:
-        return None
-    found = {_partition_id(k): _addresses(v) for k, v in data.items()}
-    if any(k is None or v is None for k, v in found.items()):
-        return None
-    return {k: v for k, v in found.items() if k is not None and v is not None}
-
-
-_PARTITIONS_FORM = (
-    "a mapping of partition id to GPU addresses ({1: ['0000:18:00.0', '0000:2a:00.0']}), or `fmpm -l` JSON"
-)
-
-
 def _nvswitch(r: _Reader) -> NvswitchSpec | None:
     value = r.data.get("nvswitch")
     if value is None:
@@ -502,21 +445,21 @@ def _nvswitch(r: _Reader) -> NvswitchSpec | None:
         r.fail("nvswitch.mode", f"{mode!r} is not passthrough (the whole fabric to this VM) or shared (a partition).")
         return None
     partition = raw.get("partition")
-    if partition is not None and _partition_id(partition) is None:
+    if partition is not None and partition_id(partition) is None:
         r.fail("nvswitch.partition", f"{partition!r} is not a partition id (a whole number from 0).")
         partition = None
     partitions = None
     if "partitions" in raw:
         partitions = parse_partitions(raw["partitions"])
         if partitions is None:
-            r.fail("nvswitch.partitions", f"is not {_PARTITIONS_FORM}.")
+            r.fail("nvswitch.partitions", f"is not {PARTITIONS_FORM}.")
     path = r.path(raw["partitions_file"], "nvswitch.partitions_file") if "partitions_file" in raw else None
     if path is not None:
         fix = "give the partition layout file (YAML, or the JSON `fmpm -l` prints)."
         try:
             partitions = parse_partitions(yaml.safe_load(read_input_text(path, "partition layout", fix)))
             if partitions is None:
-                r.fail("nvswitch.partitions_file", f"{shown(path)} is not {_PARTITIONS_FORM}.")
+                r.fail("nvswitch.partitions_file", f"{shown(path)} is not {PARTITIONS_FORM}.")
         except GpulabError as err:
             r.fail("nvswitch.partitions_file", str(err))
         except yaml.YAMLError:
@@ -532,10 +475,46 @@ def _nvswitch(r: _Reader) -> NvswitchSpec | None:
         r.fail("nvswitch", "partitions only apply to mode shared; passthrough gives this VM the whole fabric.")
     return NvswitchSpec(
         mode=str(mode),
-        partition=_partition_id(partition) if partition is not None else None,
+        partition=partition_id(partition) if partition is not None else None,
         partitions=partitions,
         partitions_file=path,
     )
+
+
+def _mmio_window(r: _Reader, data: dict[str, Any]) -> int | None:
+    """mmio_window_gib: None for 'auto' (or when wrong), else a power of two in GiB (0 turns it off)."""
+    mmio = data.get("mmio_window_gib", "auto")
+    if mmio == "auto":
+        return None
+    if isinstance(mmio, bool) or not isinstance(mmio, int) or not 0 <= mmio <= MAX_MMIO_WINDOW_GIB or mmio & (mmio - 1):
+        r.fail(
+            "mmio_window_gib",
+            f"{mmio!r} is not 'auto' or a power of two in GiB up to {MAX_MMIO_WINDOW_GIB} (0 turns the setting off).",
+        )
+        return None
+    return mmio
+
+
+def _p2p_clique(r: _Reader, data: dict[str, Any]) -> int | None:
+    clique = data.get("p2p_clique")
+    if clique is not None and (isinstance(clique, bool) or not isinstance(clique, int) or not 0 <= clique <= 15):
+        r.fail("p2p_clique", f"{clique!r} is not a clique id from 0 to 15 (or leave it out).")
+        return None
+    return clique
+
+
+def _extra_hostdevs(r: _Reader, data: dict[str, Any]) -> list[str]:
+    """extra_hostdevs: PCI addresses of devices passed through beside the GPUs, each checked."""
+    extra = data.get("extra_hostdevs", [])
+    if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
+        r.fail("extra_hostdevs", "must be a list of PCI addresses ('0000:07:00.0').")
+        extra = []
+    for item in extra:
+        try:
+            PciAddress.parse(item)
+        except GpulabError as err:
+            r.fail("extra_hostdevs", str(err))
+    return extra
 
 
 def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = None) -> VmSpec:
@@ -561,30 +540,9 @@ def spec_from_dict(data: Any, where: str = "VM spec", base_dir: Path | None = No
     hugepages = r.flag("hugepages", False)
     if hugepages and memory is not None and (memory * 1024) % HUGEPAGE_SIZES[hugepage_size]:
         r.fail("memory_mib", f"{memory} MiB is not a whole number of {hugepage_size} hugepages; round it.")
-    mmio = data.get("mmio_window_gib", "auto")
-    if mmio == "auto":
-        mmio = None
-    elif (
-        isinstance(mmio, bool) or not isinstance(mmio, int) or not 0 <= mmio <= MAX_MMIO_WINDOW_GIB or mmio & (mmio - 1)
-    ):
-        r.fail(
-            "mmio_window_gib",
-            f"{mmio!r} is not 'auto' or a power of two in GiB up to {MAX_MMIO_WINDOW_GIB} (0 turns the setting off).",
-        )
-        mmio = None
-    clique = data.get("p2p_clique")
-    if clique is not None and (isinstance(clique, bool) or not isinstance(clique, int) or not 0 <= clique <= 15):
-        r.fail("p2p_clique", f"{clique!r} is not a clique id from 0 to 15 (or leave it out).")
-        clique = None
-    extra = data.get("extra_hostdevs", [])
-    if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
-        r.fail("extra_hostdevs", "must be a list of PCI addresses ('0000:07:00.0').")
-        extra = []
-    for item in extra:
-        try:
-            PciAddress.parse(item)
-        except GpulabError as err:
-            r.fail("extra_hostdevs", str(err))
+    mmio = _mmio_window(r, data)
+    clique = _p2p_clique(r, data)
+    extra = _extra_hostdevs(r, data)
     console_log = r.path(data["console_log"], "console_log") if data.get("console_log") is not None else None
     spec = VmSpec(
         name=name,

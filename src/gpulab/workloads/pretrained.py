@@ -33,7 +33,7 @@ class Start:
     def describe(self) -> str:
         if self.path is None:
             return "random"
-        from gpulab.workloads.style_transfer import file_digest
+        from gpulab.workloads.input_files import file_digest
 
         return f"{self.path} sha256:{file_digest(self.path)}"
 
@@ -41,7 +41,7 @@ class Start:
 def start(workload: str, value: Any, model: str, head: str) -> Start:
     """The `pretrained` parameter's start: fetched (imagenet, URL), a checked file, or random (None, "none")."""
     from gpulab.workloads import fetch
-    from gpulab.workloads.style_transfer import input_file
+    from gpulab.workloads.input_files import input_file
 
     if value is None or value == "none":
         return Start(model, head, None)
@@ -70,7 +70,7 @@ def load(module: Any, begin: Start, workload: str) -> str:
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # whatever torch.load raises for a file that is not a weights-only archive
-        from gpulab.workloads.style_transfer import cause
+        from gpulab.workloads.input_files import cause
 
         raise refuse(cause(err)) from None
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):

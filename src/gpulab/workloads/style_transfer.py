@@ -14,9 +14,7 @@ losses are one function (style_loss), run as it is or through torch.compile (the
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
-import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -24,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulab import paths
 from gpulab.errors import GpulabError
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
+from gpulab.workloads.images import crop_to_aspect, default_image, load_image, resize_image, to_tensor
+from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file
 from gpulab.workloads.registry import Workload
 from gpulab.workloads.tv import import_torchvision
 
@@ -69,142 +68,11 @@ DEFAULTS: dict[str, Any] = {
 # Compiled once per process and shape: a study's long-lived worker pays for it in its first run.
 LOOPS = ("eager", "compile", "compile-graphs")
 
-MAX_INPUT_BYTES = 4 * 1024**3  # VGG19's weights are 548 MB; an image is far less
 
-
-# ---------- input files ----------
-
-# What to pass instead, in the one-line error a bad input file gets.
-IMAGE_HINT = "pass an image file Pillow reads (JPEG, PNG, ...)"
 VGG_WEIGHTS_HINT = (
     "pass vgg_weights=imagenet (torchvision's VGG19 weights, fetched on first use) or the file torchvision's "
     "download wrote (vgg19-dcbb9e9d.pth in ~/.cache/torch/hub/checkpoints)"
 )
-
-
-def cause(err: BaseException) -> str:
-    """The first informative line of an exception from a loader, for a one-line message."""
-    text = str(err)
-    # torch's weights-only refusal starts with a paragraph about torch.load; what was wrong comes after this.
-    marker = "WeightsUnpickler error:"
-    if marker in text:
-        text = text.split(marker, 1)[1]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = lines[0] if lines else type(err).__name__
-    if first.endswith(":") and len(lines) > 1:  # "...error for object X:" announces the detail on the next line
-        first = f"{first} {lines[1]}"
-    return first if len(first) <= 200 else first[:200] + "…"
-
-
-def input_file(name: str, value: Any, hint: str, workload: str = "style_transfer") -> Path | None:
-    """The regular, non-empty file parameter `name` names (None when unset); anything else is one GpulabError.
-
-    Checked before anything opens it (gpulab.paths): a directory, a device such as /dev/zero or a pipe would
-    otherwise fail deep inside a loader, or be read without end.
-    """
-    if value is None:
-        return None
-    what = f"{workload}: parameter {name}:"
-    if not isinstance(value, (str, os.PathLike)):  # --param values parse as JSON: 3, [..], true are not paths
-        raise GpulabError(f"{what} {value!r} is not a file path; {hint}")
-    if not str(value).strip():
-        raise GpulabError(f"{what} the path is empty; {hint}")
-    path = paths.input_file(Path(value).expanduser(), what, hint, limit=MAX_INPUT_BYTES)
-    if path.stat().st_size == 0:
-        raise GpulabError(f"{what} file {path} is empty; {hint}")
-    return path
-
-
-def file_digest(path: Path) -> str:
-    """The first 12 hex digits of the file's SHA-256, read in chunks (weights files are hundreds of MB)."""
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                digest.update(chunk)
-    except OSError as err:
-        raise GpulabError(f"style_transfer: cannot read {path}: {err.strerror or cause(err)}") from None
-    return digest.hexdigest()[:12]
-
-
-# ---------- images ----------
-
-
-def _generated_image(kind: str, height: int = 427, width: int = 640) -> Any:
-    """A deterministic photo-sized RGB image (uint8 H×W×3), used when scikit-learn's sample photos are unavailable."""
-    import numpy as np
-
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    if kind == "content":
-        r = 128 + 100 * np.sin(x / 37.0) * np.cos(y / 53.0)
-        g = 255 * (y / height)
-        b = 255 * ((x - width / 2) ** 2 + (y - height / 2) ** 2 < (min(height, width) / 3) ** 2)
-    else:
-        r = 128 + 127 * np.sin((x + y) / 9.0)
-        g = 128 + 127 * np.sin((x - 2 * y) / 13.0)
-        b = 128 + 127 * np.cos(np.hypot(x - width / 3, y - height / 3) / 7.0)
-    return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
-
-
-def default_image(kind: str, *, use_samples: bool = True) -> tuple[Any, str]:
-    """(uint8 H×W×3, description): scikit-learn's sample photo (china.jpg / flower.jpg), else a generated image."""
-    name = "china.jpg" if kind == "content" else "flower.jpg"
-    photo = _sample_photo(name) if use_samples else None
-    if photo is not None:
-        return _load_image(photo), f"sample:{name}"
-    return _generated_image(kind), f"generated:{kind}"
-
-
-def _sample_photo(name: str) -> Path | None:
-    """The path of scikit-learn's bundled sample photo, found without importing scikit-learn.
-
-    Importing it costs seconds per process, which a sweep of short runs pays once per run.
-    """
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(root) / "datasets" / "images" / name
-        if path.is_file():
-            return path
-    return None
-
-
-def _load_image(path: Path, name: str = "content") -> Any:
-    import numpy as np
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"))
-    except Exception as err:  # Pillow raises OSError, ValueError, DecompressionBombError, ... for bad files
-        raise GpulabError(
-            f"style_transfer: parameter {name}: {path} is not an image Pillow can read ({cause(err)}); {IMAGE_HINT}"
-        ) from None
-
-
-def _resize(array: Any, height: int, width: int) -> Any:
-    import numpy as np
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(array).resize((width, height), Image.Resampling.LANCZOS))
-
-
-def _crop_to_aspect(array: Any, height: int, width: int) -> Any:
-    h, w = array.shape[:2]
-    if h * width > w * height:  # too tall
-        keep = round(w * height / width)
-        top = (h - keep) // 2
-        return array[top : top + keep]
-    keep = round(h * width / height)
-    left = (w - keep) // 2
-    return array[:, left : left + keep]
-
-
-def _to_tensor(array: Any, device: str) -> Any:
-    import torch
-
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).unsqueeze(0).float().to(device)
 
 
 # ---------- network ----------
@@ -471,17 +339,17 @@ def load_images(st: StyleSettings) -> StyleImages:
     width, height = st.width, st.height
     content_path = st.content_path
     if content_path is not None:
-        content_np, content_desc = _load_image(content_path, "content"), str(content_path)
+        content_np, content_desc = load_image(content_path, "content"), str(content_path)
         h0, w0 = content_np.shape[:2]
         height = height or max(32, round(width * h0 / w0))
     else:
         content_np, content_desc = default_image("content")
         if height is None:
-            content_np = _crop_to_aspect(content_np, *REFERENCE_ASPECT)
+            content_np = crop_to_aspect(content_np, *REFERENCE_ASPECT)
             height = round(width * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1])
     styles: list[tuple[Any, str]] = []
     for path in st.style_paths:
-        styles.append((_load_image(path, "style"), str(path)))
+        styles.append((load_image(path, "style"), str(path)))
     if not styles:
         styles.append(default_image("style"))
     style_arrays = []
@@ -490,9 +358,9 @@ def load_images(st: StyleSettings) -> StyleImages:
         style_w, style_h = scale * width, scale * width * h0 / w0
         grow = max(1.0, 32 / min(style_w, style_h))  # VGG's four poolings need at least 32 pixels a side
         style_h, style_w = round(style_h * grow), round(style_w * grow)
-        style_arrays.append(_resize(array, style_h, style_w))
+        style_arrays.append(resize_image(array, style_h, style_w))
     return StyleImages(
-        content=_resize(content_np, height, width),
+        content=resize_image(content_np, height, width),
         content_desc=content_desc,
         real_content=content_path is not None,
         height=height,
@@ -599,14 +467,14 @@ class StyleTransferSession(StyleSessionBase):
         self._memory_format = memory_format
 
         # targets, once, without gradients; style weights folded into the Gram scale (w·mse(a, b) = mse(√w·a, √w·b))
-        content = _to_tensor(images.content, device).contiguous(memory_format=memory_format)
+        content = to_tensor(images.content, device).contiguous(memory_format=memory_format)
         with torch.no_grad():
             feats = self._run(content)
             self._content = [(i, w, feats[i].float()) for i, w in content_taps.items()]
             blend_styles = 1.0 / len(images.styles)
             self._style: list[tuple[int, float, Any]] = []
             style_feats = [
-                self._run(_to_tensor(a, device).contiguous(memory_format=memory_format)) for a in images.styles
+                self._run(to_tensor(a, device).contiguous(memory_format=memory_format)) for a in images.styles
             ]
             for i, w in style_taps.items():
                 _, c, h, wd = feats[i].shape
@@ -705,7 +573,7 @@ def study_references(fixed: Mapping[str, Any], varied: Collection[str]) -> list[
                 if isinstance(item, str):
                     path = input_file(kind, item, IMAGE_HINT)
                     assert path is not None
-                    out.append((kind, path.name, _load_image(path, kind)))
+                    out.append((kind, path.name, load_image(path, kind)))
                 else:
                     array, source = default_image(kind)
                     out.append((kind, source, array))

@@ -16,6 +16,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.workloads import style_transfer as torch_st
 from gpulab.workloads.base import RunConfig
+from gpulab.workloads.input_files import cause, file_digest
 from gpulab.workloads.tf.common import TFNumerics, default_strategy, seed_everything, strategy_devices
 
 SIZES = torch_st.SIZES
@@ -56,11 +57,11 @@ def vgg19_features(taps: list[str], pooling: str, weights: Path | None) -> tuple
     vgg = keras.applications.VGG19(include_top=False, weights=None, input_shape=(None, None, 3))
     described = "random"
     if weights is not None:
-        digest = torch_st.file_digest(weights)
+        digest = file_digest(weights)
         try:
             vgg.load_weights(str(weights))
         except Exception as err:  # h5py, Keras and the OS each raise their own for a file that is not these weights
-            why = torch_st.cause(err)
+            why = cause(err)
             raise GpulabError(
                 f"style_transfer: {weights} is not VGG19 weights for Keras ({why}); {KERAS_WEIGHTS_HINT}"
             ) from None
