@@ -41,7 +41,7 @@ from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
 from gpulab.launch.common import plan_batch
-from gpulab.launch.peers import mark_gone
+from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.spec import TimedResult, WorkerMessage
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
@@ -97,6 +97,7 @@ def _sweep_run(
     failure: str | None = None
     with _gpu_slot(slots, Path(work_dir)) as (slot, label, visible):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"]))
+        env[SWEEP_PID_ENV] = str(os.getpid())  # the run stops if this process is gone (gpulab.launch.peers)
         cmd = [
             sys.executable,
             "-m",
