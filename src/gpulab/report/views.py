@@ -318,7 +318,8 @@ def unjudged(report: Report) -> list[Check]:
     if defining and all(c.status == "skip" for c in defining):
         return defining
     boards = _per_gpu_health(report) if report.fingerprint.get("gpus") else []  # a machine without GPUs: none to judge
-    if boards and all(c.status == "skip" and not c.evidence.get("judged_elsewhere") for c in boards):
+    board_defining = [c for c in boards if c.name.split("[")[0] in DEFINING_CHECKS]  # absent when -k left them out
+    if board_defining and all(c.status == "skip" and not c.evidence.get("judged_elsewhere") for c in boards):
         return boards
     return []
 
