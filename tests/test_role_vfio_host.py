@@ -47,13 +47,23 @@ def run(tmp_path: Path, root: Path, name: str, **hostvars: object):
     return ansible_playbook(playbook, inventory)
 
 
-def fake_pci_function(root: Path, address: str, pci_id: str, pci_class: int, driver: str | None, group: int | None):
+def fake_pci_function(
+    root: Path,
+    address: str,
+    pci_id: str,
+    pci_class: int,
+    driver: str | None,
+    group: int | None,
+    boot_vga: str | None = None,
+):
     dev = root / "sys/bus/pci/devices" / address
     dev.mkdir(parents=True)
     vendor, device = pci_id.split(":")
     (dev / "vendor").write_text(f"0x{vendor}\n")
     (dev / "device").write_text(f"0x{device}\n")
     (dev / "class").write_text(f"0x{pci_class:06x}\n")
+    if boot_vga is not None:
+        (dev / "boot_vga").write_text(f"{boot_vga}\n")
     if driver:
         os.symlink(f"../../../../bus/pci/drivers/{driver}", dev / "driver")
     if group is not None:

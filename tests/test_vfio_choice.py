@@ -5,7 +5,6 @@ one model, the first the firmware's console."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,31 +13,19 @@ import yaml
 
 from playbook import ansible_playbook
 from provision.inventory import require_ansible
+from test_role_vfio_host import fake_pci_function
 
 CONSOLE, SECOND, THIRD = "0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"
-
-
-def fake_function(root: Path, address: str, pci_id: str, pci_class: int, group: int, boot_vga: str | None = None):
-    dev = root / "sys/bus/pci/devices" / address
-    dev.mkdir(parents=True)
-    vendor, device = pci_id.split(":")
-    (dev / "vendor").write_text(f"0x{vendor}\n")
-    (dev / "device").write_text(f"0x{device}\n")
-    (dev / "class").write_text(f"0x{pci_class:06x}\n")
-    if boot_vga is not None:
-        (dev / "boot_vga").write_text(f"{boot_vga}\n")
-    (root / f"sys/kernel/iommu_groups/{group}/devices").mkdir(parents=True, exist_ok=True)
-    os.symlink(f"../../../kernel/iommu_groups/{group}", dev / "iommu_group")
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("kvm-host")
-    fake_function(root, CONSOLE, "10de:1db4", 0x030000, 30, boot_vga="1")  # VGA class: the console
-    fake_function(root, "0000:3b:00.1", "10de:10f2", 0x040300, 30)  # its HDMI audio
-    fake_function(root, SECOND, "10de:1db4", 0x030200, 31, boot_vga="0")
-    fake_function(root, "0000:3c:00.1", "10de:10f2", 0x040300, 31)
-    fake_function(root, THIRD, "10de:1db4", 0x030200, 32, boot_vga="0")
+    fake_pci_function(root, CONSOLE, "10de:1db4", 0x030000, None, 30, boot_vga="1")  # VGA class: the console
+    fake_pci_function(root, "0000:3b:00.1", "10de:10f2", 0x040300, None, 30)  # its HDMI audio
+    fake_pci_function(root, SECOND, "10de:1db4", 0x030200, None, 31, boot_vga="0")
+    fake_pci_function(root, "0000:3c:00.1", "10de:10f2", 0x040300, None, 31)
+    fake_pci_function(root, THIRD, "10de:1db4", 0x030200, None, 32, boot_vga="0")
     (root / "proc").mkdir()
     (root / "proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
     return root
