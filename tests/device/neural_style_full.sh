@@ -6,7 +6,7 @@
 # for the 548 MB file, which cannot be fetched there. The study and the weights cache live in .device/ (ignored by
 # git, kept between calls on a warm machine). When the study is complete, its report is packed into $OUT/ns.tar.gz.
 #   OUT=/tmp/out bash tests/device/neural_style_full.sh
-# Writes $OUT/call-<n>.log (the study's output, its status before and after) and $OUT/status.json.
+# Writes $OUT/call-<n>.log (the study's output, its status before and after), $OUT/status.json and $OUT/state.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to a folder for the results}"
@@ -64,6 +64,9 @@ say "study exited $? after $(( $(date +%s) - START )) s"
 python3 -m gpulab study status "$STUDY" 2>&1 | tee -a "$LOG"
 python3 -m gpulab study status "$STUDY" --json > "$OUT/status.json" 2>> "$LOG"
 say "weights requests the server saw: $(grep -c "$NAME" "$STATE/http.log"); cache: $(ls "$TORCH_HOME/hub/checkpoints" 2>&1)"
+# The study's state without its images, in case the machine goes back before the next call: unpacked into .device/ns
+# and carried, a resume goes on from it (the earlier runs' images are then missing from the grid).
+tar czf "$OUT/state.tar.gz" --exclude='*.png' --exclude='*.jpg' -C "$STATE" ns 2>> "$LOG"
 if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d.get("missing")==0 else 1)' "$OUT/status.json" 2>/dev/null; then
   say "complete: packing the report"
   python3 -m gpulab study report "$STUDY" >> "$LOG" 2>&1
