@@ -83,6 +83,11 @@ def test_a_real_gpu_drop_still_regresses_and_names_its_side():
 def test_host_rows_on_quiet_hosts_are_judged_by_the_threshold():
     base, later = load_report(H100), _two_days_later(load_report(H100))
     base.host_load, later.host_load = [QUIET], [QUIET]
+    c = compare([("monday", base), ("wednesday", later)])  # the H100's machine is a KVM guest
+    host = [row for row in c.rows if row.side != "gpu"]
+    assert all(row.band_pct == 30 and "a KVM guest" in row.band_why and not row.regression for row in host)
+    for rep in (base, later):
+        rep.fingerprint["host"]["hypervisor"] = None  # the same figures from bare metal
     c = compare([("monday", base), ("wednesday", later)])
     host = [row for row in c.rows if row.side != "gpu"]
     assert all(row.band_pct == 5 and row.regression for row in host)  # a quiet host 25 % slower is a finding
@@ -167,3 +172,19 @@ def test_on_the_same_gpus_a_host_row_that_fell_beyond_its_band_is_a_host_regress
     regressed = [r for r in c.rows if r.regressed_in]
     assert regressed and {r.side for r in regressed} == {"host"}
     assert c.verdict.startswith("verdict: REGRESSION: 1 result(s) below their noise band (host 1)")
+
+
+REAL_PAIR = sorted((Path(__file__).parent / "fixtures" / "compare").glob("h100x1-standard-2026-11-26T*.json"))
+
+
+def test_two_standard_runs_of_one_h100_two_minutes_apart_are_no_regression(capsys):
+    """The pair as measured (one H100 in a KVM guest, the suite run twice in a row, host load recorded as quiet):
+    GPU probes within -2.6…+0.6 %, CPU and host-bound rows -20…+13 % in both directions."""
+    assert len(REAL_PAIR) == 2
+    assert main(["compare", *map(str, REAL_PAIR)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("verdict: no regression") and "GPU rows: 8, -2.6 %…+0.6 %" in first
+    c = compare([(str(p), load_report(p)) for p in REAL_PAIR])
+    assert c.relation == "same machine" and c.regressions == []
+    assert {row.band_pct for row in c.rows if row.side != "gpu"} == {30}
+    assert max(row.band_pct for row in c.rows if row.side == "gpu") < 10  # the GPU rows keep a tight band

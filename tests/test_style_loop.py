@@ -40,3 +40,16 @@ def test_a_compiled_step_follows_the_eager_trajectory_and_compiles_once_for_ever
 def test_an_unknown_loop_is_one_line():
     with pytest.raises(GpulabError, match="loop='jit' is invalid; expected one of eager, compile, compile-graphs"):
         build(RunConfig("style_transfer", size="tiny", params={"loop": "jit"}), "cpu")
+
+
+def test_auto_runs_the_eager_loop_on_a_cpu_and_compile_graphs_on_a_gpu():
+    from gpulab.workloads.style_loops import effective_loop
+
+    session = build(RunConfig("style_transfer", size="tiny", params={"width": 32, "loop": "auto"}), "cpu")
+    assert session.info["loop"] == "eager"
+    assert [effective_loop("auto", d) for d in ("cuda", "cuda:1", "cpu")] == [
+        "compile-graphs",
+        "compile-graphs",
+        "eager",
+    ]
+    assert effective_loop("compile", "cpu") == "compile"

@@ -18,7 +18,7 @@ import math
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from gpulab.workloads.common import Numerics, Params, check_config, seed_everyth
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file
 from gpulab.workloads.registry import Workload
+from gpulab.workloads.style_loops import LOOPS, effective_loop
 from gpulab.workloads.tv import import_torchvision
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
@@ -59,15 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "style": None,  # image path or list of paths; default: scikit-learn's flower.jpg, else a generated image
     "output": None,  # where finish() writes the result image
     "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only): a path, imagenet or a URL
-    "loop": "eager",  # eager | compile | compile-graphs (torch only; see LOOPS)
+    "loop": "eager",  # eager | compile | compile-graphs | auto (torch only; see LOOPS)
 }
-
-# How a torch session runs its step: eager (each op launched from Python); compile: torch.compile of the forward and
-# the losses (fused elementwise work, the backward through AOTAutograd); compile-graphs: the same replayed as CUDA
-# graphs (torch.compile's reduce-overhead mode; on a CPU the same as compile), which takes the launches off the host.
-# Compiled once per process and shape: a study's long-lived worker pays for it in its first run.
-LOOPS = ("eager", "compile", "compile-graphs")
-
 
 VGG_WEIGHTS_HINT = (
     "pass vgg_weights=imagenet (torchvision's VGG19 weights, fetched on first use) or the file torchvision's "
@@ -449,6 +443,8 @@ class StyleTransferSession(StyleSessionBase):
 
     def _build(self, cfg: RunConfig, device: str, st: StyleSettings) -> None:
         import torch
+
+        st = replace(st, loop=effective_loop(st.loop, device))
 
         images = load_images(st)
 

@@ -99,7 +99,7 @@ class TFStyleTransferSession(torch_st.StyleSessionBase):
                 "run it on one device, or over several GPUs with `gpulab sweep --framework tensorflow`"
             )
         st = torch_st.style_settings(cfg, KERAS_WEIGHTS_HINT, keras_vgg_weights)
-        if st.loop != "eager":
+        if st.loop not in ("eager", "auto"):
             raise GpulabError(
                 f"style_transfer: loop={st.loop} is torch.compile's; TensorFlow runs its step as a tf.function: "
                 "leave loop out, or run with --framework torch"
