@@ -13,7 +13,6 @@ losses are one function (style_loss), run as it is or through torch.compile (the
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from gpulab.workloads.common import Numerics, Params, check_config, seed_everyth
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file
 from gpulab.workloads.registry import Workload
-from gpulab.workloads.style_loops import LOOPS, effective_loop
+from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram
 from gpulab.workloads.tv import import_torchvision
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
@@ -162,63 +161,6 @@ def ready_features(layers: int, pooling: str, weights: Path | None, device: str,
     while len(_READY) > _READY_KEPT:
         _READY.popitem(last=False)
     return features, described
-
-
-def _gram(features: Any, scale: float) -> Any:
-    _, channels, height, width = features.shape
-    flat = features.reshape(channels, height * width)
-    return (flat @ flat.t()) * scale
-
-
-def style_loss(
-    features: Any,
-    taps: frozenset[int],
-    image: Any,
-    shift: Any,
-    scale: Any,
-    channels_last: bool,
-    autocast: tuple[str, Any] | None,
-    content: list[tuple[int, float, Any]],
-    style: list[tuple[int, float, Any]],
-    tv_weight: float,
-) -> Any:
-    """One step's loss of `image` (pixels 0..255): the forward through `features` (under `autocast`, (device type,
-    dtype), where the precision has one) and the fp32 losses. A function of its arguments alone, so that
-    torch.compile traces it once per process and shape rather than once per run."""
-    import torch
-    import torch.nn.functional as F
-
-    x = torch.addcmul(shift, image, scale)
-    x = x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    feats = {}
-    with torch.autocast(autocast[0], dtype=autocast[1]) if autocast else contextlib.nullcontext():
-        for i, layer in enumerate(features):
-            x = layer(x)
-            if i in taps:
-                feats[i] = x
-    loss = tv_weight * (
-        F.mse_loss(image[:, :, 1:, :], image[:, :, :-1, :]) + F.mse_loss(image[:, :, :, 1:], image[:, :, :, :-1])
-    )
-    for i, weight, target in content:
-        loss = loss + weight * F.mse_loss(feats[i].float(), target)
-    for i, gram_scale, target in style:
-        loss = loss + F.mse_loss(_gram(feats[i].float(), gram_scale), target)
-    return loss
-
-
-_COMPILED: dict[str, Any] = {}
-
-
-def compiled_loss(loop: str) -> Any:
-    """style_loss as `loop` runs it: itself (eager), or compiled once per process for each compiled loop."""
-    if loop == "eager":
-        return style_loss
-    if loop not in _COMPILED:
-        import torch
-
-        mode = "reduce-overhead" if loop == "compile-graphs" else None
-        _COMPILED[loop] = torch.compile(style_loss, mode=mode)
-    return _COMPILED[loop]
 
 
 # ---------- session ----------
@@ -476,7 +418,7 @@ class StyleTransferSession(StyleSessionBase):
                 _, c, h, wd = feats[i].shape
                 scale = math.sqrt(w) / (c * h * wd)
                 target = sum(
-                    blend_styles * _gram(sf[i].float(), math.sqrt(w) / (c * sf[i].shape[2] * sf[i].shape[3]))
+                    blend_styles * gram(sf[i].float(), math.sqrt(w) / (c * sf[i].shape[2] * sf[i].shape[3]))
                     for sf in style_feats
                 )
                 self._style.append((i, scale, target))
@@ -527,6 +469,23 @@ class StyleTransferSession(StyleSessionBase):
         self.info["wrapper"] = None
 
     def step(self) -> Any:
+        try:
+            loss = self._step()
+        except RuntimeError as err:
+            # torch's CUDA-graph trees can fail to record a step ("graph recording observed an input tensor
+            # deallocate", pytorch/pytorch#154306; seen on an H100 in 2 of 252 study runs): the run goes on
+            # compiled without graphs, and says so.
+            if not (self._graphs and "graph recording" in str(err)):
+                raise
+            self._graphs, self._loss = False, compiled_loss("compile")
+            self.info.update(loop="compile", loop_note=f"CUDA graphs failed to record ({str(err)[:80]})")
+            loss = self._step()
+        self._steps_run += 1
+        # A CUDA graph's output is overwritten by its next replay: the loss a step hands back is its own copy.
+        self._last_loss = loss.detach().clone() if self._graphs else loss.detach()
+        return self._last_loss
+
+    def _step(self) -> Any:
         self._optimizer.zero_grad(set_to_none=True)
         if self._graphs:
             import torch
@@ -537,10 +496,7 @@ class StyleTransferSession(StyleSessionBase):
             self._channels_last, self._autocast, self._content, self._style, self._tv_weight,
         )  # fmt: skip
         self._numerics.backward_step(loss, self._optimizer)
-        self._steps_run += 1
-        # A CUDA graph's output is overwritten by its next replay: the loss a step hands back is its own copy.
-        self._last_loss = loss.detach().clone() if self._graphs else loss.detach()
-        return self._last_loss
+        return loss
 
     def image(self) -> Any:
         """The current image as uint8 H×W×3 (numpy)."""
