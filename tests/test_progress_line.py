@@ -33,14 +33,19 @@ def test_away_from_a_terminal_lines_are_sparse_and_say_the_time_left():
     assert "left" not in lines[-1]
 
 
-def test_a_slow_start_still_prints_a_line_a_minute():
+def test_a_slow_start_still_prints_a_line_a_minute_and_is_not_taken_for_the_pace():
     out, now = io.StringIO(), Clock()
     line = ProgressLine("study s", 1000, stream=out, live=False, now=now)
-    now.t += 61
+    now.t += 61  # the first run: workers starting, compiling
     line.update(1)
     now.t += 10
     line.update(2)  # not yet a minute since the last line: nothing
-    assert out.getvalue().splitlines() == ["study s: 1/1000 runs (0 %) · 1:01 elapsed · about 16:55:39 left"]
+    now.t += 50
+    line.update(7)  # 6 runs in the 60 s since the first: 10 s a run
+    assert out.getvalue().splitlines() == [
+        "study s: 1/1000 runs (0 %) · 1:01 elapsed",  # one run says nothing of the pace
+        "study s: 7/1000 runs (0 %) · 2:01 elapsed · about 2:45:30 left",
+    ]
 
 
 def test_on_a_terminal_it_is_one_line_redrawn_in_place():
