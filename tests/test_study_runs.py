@@ -72,6 +72,7 @@ def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
     assert df["overhead_s_"].median() < 2.0  # warm workers: no process start per run
     html = (out / "report.html").read_text()
     assert html.count("<figure>") == 252 and "Images per parameter" in html and "Loss curves" in html
+    assert 'class="missing"' not in html and html.count('src="data:image/jpeg') >= 252  # every run's image embedded
     assert "252 of 252 runs ok" in (out / "report.md").read_text()
     report = load_report(out / "report.json")
     assert {(r.launcher, r.workload) for r in report.results} == {("cpu", "style_transfer")}

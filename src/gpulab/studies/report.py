@@ -401,6 +401,7 @@ def build(study_dir: Path) -> StudyPage:
         _gpu_use(sessions),
         counts_line=ledger.summary_line(study, df),
         stand_ins_line=stand_ins_line(runs, study.workload),
+        study_dir=study_dir,
     )
 
 
