@@ -22,7 +22,6 @@ from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
 
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
-# Who a board is built for; it decides which health findings are faults (ECC off is normal on GeForce).
 
 
 @dataclass(frozen=True)

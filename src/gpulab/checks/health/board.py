@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpulab.checks.health.modes import elsewhere, vgpu_slice, whole_gpu_notice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, product_class, skipped
+from gpulab.compat.gpu_names import DATA_CENTRE
 from gpulab.hw.model import GpuInfo
 from gpulab.report.model import Check
 
@@ -59,7 +60,7 @@ def persistence(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
     cls = product_class(gpu)
     if gpu.persistence_mode is None:
         return skipped(name, f"{gpu_label(gpu)}: persistence mode not reported by {source}")
-    if not gpu.persistence_mode and cls != "data-centre":
+    if not gpu.persistence_mode and cls != DATA_CENTRE:
         # A desktop's display server keeps the driver loaded; persistence matters on headless compute servers.
         return skipped(
             name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpulab.checks.health.modes import elsewhere, vgpu_slice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, product_class, skipped
+from gpulab.compat.gpu_names import CONSUMER, DATA_CENTRE
 from gpulab.hw.model import GpuInfo
 from gpulab.report.model import Check
 
@@ -18,9 +19,9 @@ def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:
             name, gpu, f"{gpu_label(gpu)}: a vGPU guest cannot see the board's ECC mode: judge it on the host", **ev
         )
     if gpu.ecc_enabled is None:
-        why = "a consumer card has no ECC" if cls == "consumer" else "N/A where a GPU has no ECC"
+        why = "a consumer card has no ECC" if cls == CONSUMER else "N/A where a GPU has no ECC"
         return skipped(name, f"{gpu_label(gpu)}: ECC mode not reported by {source} ({why})", **ev)
-    if not gpu.ecc_enabled and cls != "data-centre":
+    if not gpu.ecc_enabled and cls != DATA_CENTRE:
         # GeForce boards with ECC and the RTX workstation boards ship with it off: a choice, not a fault.
         return skipped(
             name,

@@ -26,7 +26,7 @@ def gpu_label(gpu: GpuInfo) -> str:
 
 
 def product_class(gpu: GpuInfo) -> str:
-    """ "data-centre", "workstation" or "consumer": discovery fills it; GpuInfo built elsewhere gets it derived."""
+    """One of PRODUCT_CLASSES (gpulab.compat.gpu_names): discovery fills it; GpuInfo built elsewhere gets it derived."""
     return gpu.product_class or derive_class(gpu.name, gpu.product_brand)
 
 
