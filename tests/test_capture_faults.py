@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import health, occupancy
+from gpulab.checks import health, occupancy
 from gpulab.errors import GpulabError
 from gpulab.hw.smi_xml import parse_capture_text
 

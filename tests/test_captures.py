@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpulab import health
+from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import Fingerprint

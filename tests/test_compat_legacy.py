@@ -172,3 +172,27 @@ def test_a_kepler_gpu_of_compute_capability_3_0_has_an_older_newest_stack() -> N
     gk104 = newest_stack("Kepler", "3.0")
     assert (gk104.driver_branch, gk104.cuda, gk104.torch, gk104.tensorflow) == ("R470", "10.2", None, None)
     assert newest_stack("Kepler").cuda == newest_stack("Kepler", "3.5").cuda == "11.8"
+
+
+def test_each_architecture_is_named_once() -> None:
+    """The matrix's name and the one drivers report lead to one architecture; NVML's codes use the same names."""
+    from gpulab.compat.architectures import ARCHITECTURES, NVML_ARCHITECTURES, driver_name, matrix_name
+    from gpulab.hw import nvml
+
+    assert matrix_name("Ada Lovelace") == matrix_name(" ada ") == matrix_name("Ada") == "Ada"
+    assert (driver_name("Ada"), driver_name("Hopper")) == ("Ada Lovelace", "Hopper")
+    assert [matrix_name(driver_name(a)) for a in ARCHITECTURES] == list(ARCHITECTURES)
+    assert matrix_name("Rubin") is None and matrix_name("") is None
+    assert set(NVML_ARCHITECTURES.values()) - set(ARCHITECTURES) == {"Rubin"}
+    assert nvml._ARCH[8] == "Ada Lovelace"
+
+
+@pytest.mark.parametrize(
+    ("architecture", "cc"),
+    [("Volta", "7.0"), ("Turing", "7.5"), ("Ada", "8.9"), ("Ada Lovelace", "8.9"), ("Hopper", "9.0"),
+     ("Ampere", None), ("Pascal", None), ("Kepler", None), ("Blackwell", None), ("Rubin", None), (None, None)],
+)  # fmt: skip
+def test_an_architecture_with_one_compute_capability_gives_it(architecture: str | None, cc: str | None) -> None:
+    from gpulab.compat.legacy import sole_compute_capability
+
+    assert sole_compute_capability(architecture) == cc

@@ -1,4 +1,4 @@
-"""The GPU-in-container check (gpulab.containers) against fake `docker`, `podman` and `nvidia-ctk` executables.
+"""The GPU-in-container check (gpulab.checks.containers) against fake `docker`, `podman` and `nvidia-ctk` executables.
 
 No container can run on the CI machine (no GPU, no container daemon), so that boundary is faked: small shell
 scripts on a PATH of the test's own answer as the real tools would, with the UUIDs and names of a real 4x H200
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import containers
+from gpulab.checks import containers
 from gpulab.hw.model import GpuInfo
 from gpulab.hw.smi_xml import parse_smi_xml
 

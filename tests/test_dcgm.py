@@ -1,4 +1,4 @@
-"""gpulab.dcgm: `dcgmi diag -j` parsed from real outputs, and the runner against a stand-in `dcgmi`.
+"""gpulab.checks.dcgm: `dcgmi diag -j` parsed from real outputs, and the runner against a stand-in `dcgmi`.
 
 The parser reads outputs published by NVIDIA and DCGM users (tests/fixtures/dcgm/README.md names each source). DCGM
 cannot run on this machine (it needs an NVIDIA GPU and its host engine), so the runner's boundary is faked: a small
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import dcgm
+from gpulab.checks import dcgm
 from gpulab.errors import GpulabError
 
 ROOT = Path(__file__).resolve().parents[1]

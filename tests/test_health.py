@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from capture_edits import H200_XML, P100_XML, all_na, with_versions, write
-from gpulab import health
+from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import EccErrors, FrameworkInfo, MemoryRetirement, PcieLink

@@ -83,6 +83,16 @@ def test_the_report_schema_takes_its_names_from_gpulab_names():
         assert props["precision"] == {"$ref": "#/$defs/precision_name"}
 
 
+def test_product_classes_are_named_once():
+    """The report schema's product classes and the type's are gpu_names' PRODUCT_CLASSES."""
+    from typing import get_args
+
+    from gpulab.compat.gpu_names import PRODUCT_CLASSES, ProductClass
+
+    assert get_args(ProductClass) == PRODUCT_CLASSES
+    assert _schema()["$defs"]["gpu"]["properties"]["product_class"]["enum"] == [*PRODUCT_CLASSES, None]
+
+
 @pytest.mark.parametrize(("field", "value"), [("precision", "fp8"), ("launcher", "horovod"), ("framework", "Torch!")])
 def test_a_result_with_an_unknown_name_is_refused(field, value):
     from gpulab.report.io import report_from_data

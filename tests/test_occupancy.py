@@ -1,4 +1,4 @@
-"""gpulab.occupancy: other work on the selected GPUs is named, and GPUs hidden from the run are counted.
+"""gpulab.checks.occupancy: other work on the selected GPUs is named, and GPUs hidden from the run are counted.
 
 No GPU here: NVML is a small stand-in binding (the boundary gpulab.hw.nvml reads through); captures are real files.
 """
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from capture_edits import H200_XML, P100_XML, write
-from gpulab import occupancy
+from gpulab.checks import occupancy
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import GpuInfo
 

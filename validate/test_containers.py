@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab import containers
+from gpulab.checks import containers
 
 
 @pytest.mark.gpu

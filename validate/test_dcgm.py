@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab import dcgm
+from gpulab.checks import dcgm
 
 
 @pytest.mark.gpu

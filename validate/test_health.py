@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab import health
+from gpulab.checks import health
 from gpulab.hw.nvml import pci_gpus
 
 

@@ -1,6 +1,6 @@
 """Before anything is measured: the run tests the GPUs the host has, and no other work occupies them."""
 
-from gpulab import occupancy
+from gpulab.checks import occupancy
 
 
 def test_gpus_selected(lab, verdict):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from gpulab import health
+from gpulab.checks import health
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirrored_floor, speedup_config
 

@@ -16,13 +16,12 @@ from typing import Any
 import yaml
 
 from gpulab.compat import versions
+from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.entry import Entry
 from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
 
-ARCHITECTURES = ("Fermi", "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
-# Who a board is built for; it decides which health findings are faults (ECC off is normal on GeForce).
 
 
 @dataclass(frozen=True)

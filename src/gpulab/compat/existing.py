@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.compat import rules, versions
-from gpulab.compat.data import ARCHITECTURES
+from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.gpus import gpu_for
 from gpulab.compat.kernel_modules import OPEN_ONLY_ARCHITECTURES
 

@@ -4,9 +4,15 @@ compat.data can use it while loading the matrix)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Final, Literal
 
+# Who a board is built for; it decides which health findings are faults (ECC off is normal on GeForce). The report
+# schema enumerates the same names (tests/test_names.py holds them equal).
 ProductClass = Literal["data-centre", "workstation", "consumer"]
+DATA_CENTRE: Final = "data-centre"
+WORKSTATION: Final = "workstation"
+CONSUMER: Final = "consumer"
+PRODUCT_CLASSES: tuple[ProductClass, ...] = (DATA_CENTRE, WORKSTATION, CONSUMER)
 
 # Drivers add or drop these vendor/brand words over time ("A100-SXM4-40GB" vs "NVIDIA A100-SXM4-40GB"), so
 # they are not part of a name's identity.
@@ -29,18 +35,18 @@ def name_key(name: str) -> str:
 # "RTX PRO" or "Ada Generation" ("RTX 6000 Ada Generation" would otherwise read as a GeForce number); the RTX
 # PRO Server Edition is the data-centre one of its family.
 _CLASS_BY_NAME: tuple[tuple[re.Pattern[str], ProductClass], ...] = (
-    (re.compile(r"\bserver edition\b", re.I), "data-centre"),
-    (re.compile(r"\bquadro\b|\brtx a\d|\brtx pro\b|\bada generation\b|\bworkstation\b", re.I), "workstation"),
-    (re.compile(r"\b(geforce|titan)\b|\b(gtx|rtx) ?\d{3,4}\b", re.I), "consumer"),
+    (re.compile(r"\bserver edition\b", re.I), DATA_CENTRE),
+    (re.compile(r"\bquadro\b|\brtx a\d|\brtx pro\b|\bada generation\b|\bworkstation\b", re.I), WORKSTATION),
+    (re.compile(r"\b(geforce|titan)\b|\b(gtx|rtx) ?\d{3,4}\b", re.I), CONSUMER),
 )
 # nvidia-smi's <product_brand>, for names that tell nothing ("Graphics Device").
 _CLASS_BY_BRAND: dict[str, ProductClass] = {
-    "geforce": "consumer",
-    "titan": "consumer",
-    "quadro": "workstation",
-    "quadro rtx": "workstation",
-    "nvidia rtx": "workstation",
-    "tesla": "data-centre",
+    "geforce": CONSUMER,
+    "titan": CONSUMER,
+    "quadro": WORKSTATION,
+    "quadro rtx": WORKSTATION,
+    "nvidia rtx": WORKSTATION,
+    "tesla": DATA_CENTRE,
 }
 
 
@@ -50,4 +56,4 @@ def product_class(name: str, brand: str | None = None) -> ProductClass:
     for pattern, cls in _CLASS_BY_NAME:
         if pattern.search(name):
             return cls
-    return _CLASS_BY_BRAND.get((brand or "").strip().lower(), "data-centre")
+    return _CLASS_BY_BRAND.get((brand or "").strip().lower(), DATA_CENTRE)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpulab.compat import rules
-from gpulab.compat.data import ARCHITECTURES, GpuSpec, load_matrix
+from gpulab.compat.architectures import ARCHITECTURES
+from gpulab.compat.data import GpuSpec, load_matrix
 from gpulab.compat.problems import Problems
 
 KERNEL_MODULES = ("auto", "open", "proprietary")

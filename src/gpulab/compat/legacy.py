@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.compat import versions
+from gpulab.compat.architectures import matrix_name
 from gpulab.compat.data import CudaRelease, load_matrix
 from gpulab.compat.rules import normalize_arch
 
@@ -99,6 +100,14 @@ def compute_capability_for_pci_id(pci_id: str | None) -> str | None:
     """ "10de:118a" (GK104) -> "3.0"; None where the id or its chip's compute capability is unknown."""
     found = _range_for_pci_id(pci_id)
     return found[3] if found else None
+
+
+def sole_compute_capability(architecture: str | None) -> str | None:
+    """The compute capability every chip of the architecture has, as the matrix or a driver names it (Volta 7.0,
+    Turing 7.5, Ada 8.9, Hopper 9.0); None where its chips differ (Ampere 8.0 and 8.6) or the name is unknown."""
+    arch = matrix_name(architecture or "")
+    found = {cc for _, _, a, cc in _PCI_RANGES if a == arch}
+    return found.pop() if len(found) == 1 else None
 
 
 @dataclass(frozen=True)

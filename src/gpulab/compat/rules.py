@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpulab.compat import versions
+from gpulab.compat.architectures import ARCHITECTURES, matrix_name
 from gpulab.compat.data import (
-    ARCHITECTURES,
     CudaRelease,
     CudnnRelease,
     DriverBranch,
@@ -60,10 +60,10 @@ def branch_record(driver: str) -> DriverBranch:
 
 
 def normalize_arch(architecture: str) -> str:
-    text = architecture.strip().lower().replace("lovelace", "").strip()
-    for arch in ARCHITECTURES:
-        if text == arch.lower():
-            return arch
+    """The matrix's name for an architecture as the matrix or a driver names it ("Ada Lovelace" -> "Ada")."""
+    arch = matrix_name(architecture)
+    if arch is not None:
+        return arch
     raise GpulabError(f"architecture {architecture!r} is unknown; use one of {_known(list(ARCHITECTURES))}.")
 
 

@@ -14,16 +14,13 @@ from gpulab.hw.smi_topo import Topology, parse_topo
 from gpulab.hw.smi_xml import read_capture
 from gpulab.hw.software import software_info
 
-# Used only when the compat matrix cannot say: architectures with one compute capability among the
-# boards that report that architecture name (Ampere, Pascal and Blackwell span several).
-_CC_BY_ARCH = {"Volta": "7.0", "Turing": "7.5", "Ada Lovelace": "8.9", "Hopper": "9.0"}
-
 
 def _describe(gpu: GpuInfo) -> None:
     """Fill what the compatibility matrix knows of this model: its name there, architecture, compute capability
     and product class. A GPU the matrix lacks keeps what its source reported, and its class comes from its
     name and brand."""
     from gpulab.compat import gpus as matrix  # the matrix is data this module can do without
+    from gpulab.compat.architectures import driver_name
 
     try:
         spec = matrix.gpu_for(gpu.name, gpu.pci_device_id)
@@ -32,7 +29,7 @@ def _describe(gpu: GpuInfo) -> None:
     if spec is not None:
         gpu.matrix_name = spec.name
         gpu.compute_capability = gpu.compute_capability or spec.compute_capability
-        gpu.architecture = gpu.architecture or spec.architecture
+        gpu.architecture = gpu.architecture or driver_name(spec.architecture)
         gpu.product_class = spec.product_class
     else:
         from gpulab.compat.gpu_names import product_class
@@ -40,9 +37,13 @@ def _describe(gpu: GpuInfo) -> None:
 
         gpu.product_class = product_class(gpu.name, gpu.product_brand)
         # Drivers before R450 report no architecture: the PCI id's chip family names it.
-        gpu.architecture = gpu.architecture or architecture_for_pci_id(gpu.pci_device_id)
+        found = architecture_for_pci_id(gpu.pci_device_id)
+        gpu.architecture = gpu.architecture or (driver_name(found) if found else None)
     if gpu.compute_capability is None:
-        gpu.compute_capability = _CC_BY_ARCH.get(gpu.architecture or "")
+        # Used only when the matrix cannot say: an architecture whose chips all have one compute capability.
+        from gpulab.compat.legacy import sole_compute_capability
+
+        gpu.compute_capability = sole_compute_capability(gpu.architecture)
 
 
 def _same_device(root: Path, gpu: GpuInfo) -> bool:

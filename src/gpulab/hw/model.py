@@ -125,7 +125,7 @@ class GpuInfo:
     product_brand: str | None = None  # the driver's brand: "GeForce", "NVIDIA RTX", "Tesla"...
     # The compatibility matrix's name for this GPU (found by PCI id first); None when the matrix does not know it.
     matrix_name: str | None = None
-    product_class: str | None = None  # "data-centre", "workstation" or "consumer" (gpulab.compat.gpus)
+    product_class: str | None = None  # who the board is built for: one of gpulab.compat.gpu_names.PRODUCT_CLASSES
     utilization_gpu_pct: float | None = None
     compute_processes: int | None = None  # running compute processes; None = not reported
     mig_enabled: bool | None = None  # None where the GPU has no MIG (N/A)

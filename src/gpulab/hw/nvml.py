@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulab.compat.architectures import NVML_ARCHITECTURES, driver_name
 from gpulab.errors import GpulabError
 from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, MigDevice, NvLinkInfo, PcieLink
 from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
@@ -34,18 +35,8 @@ THROTTLE_BITS: dict[int, str] = {
     0x100: "display_clocks_setting",
 }
 
-_ARCH = {
-    2: "Kepler",
-    3: "Maxwell",
-    4: "Pascal",
-    5: "Volta",
-    6: "Turing",
-    7: "Ampere",
-    8: "Ada Lovelace",
-    9: "Hopper",
-    10: "Blackwell",
-    13: "Rubin",
-}
+# nvmlDeviceGetArchitecture -> the name nvidia-smi reports ("Ada Lovelace").
+_ARCH = {code: driver_name(arch) for code, arch in NVML_ARCHITECTURES.items()}
 _VIRT = {0: "None", 1: "Pass-Through", 2: "VGPU", 3: "Host VGPU", 4: "Host VSGA"}
 # nvmlGpuTopologyLevel_t -> the `nvidia-smi topo -m` label. INTERNAL (two GPUs on one board) has no label
 # there; it is at most one bridge away, so PIX.

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from gpulab import health, names, occupancy
+from gpulab import names
+from gpulab.checks import health, occupancy
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.discover import fingerprint as discover
@@ -88,7 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="`dcgmi diag -r LEVEL`: 1 seconds, 2 minutes, 3 about 30 min, 4 hours, 0 off; default follows --tier "
         "(quick 1, standard 2, full 3)",
     )
-    from gpulab.containers import DEFAULT_IMAGE, RUNTIMES
+    from gpulab.checks.containers import DEFAULT_IMAGE, RUNTIMES
 
     group.addoption(
         "--container-runtime",

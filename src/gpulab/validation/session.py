@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulab import compat, names
+from gpulab.checks.occupancy import Occupancy
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
 from gpulab.hw.model import Fingerprint, GpuInfo
-from gpulab.occupancy import Occupancy
 from gpulab.probes import judge
 from gpulab.report.hostload import LoadWatch
 from gpulab.report.model import Check, Report, Result
@@ -131,7 +131,7 @@ class Lab:
     @property
     def source(self) -> str:
         """What reported the GPU facts, for "not reported by ..." messages."""
-        from gpulab.health import reporter
+        from gpulab.checks.health import reporter
 
         return reporter(self.fingerprint)
 

@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from gpulab.compat.gpu_names import product_class
+from gpulab.compat.gpu_names import CONSUMER, product_class
 from gpulab.compat.rules import newest_branch_for_arch
 from gpulab.vm.checks import FAIL, OK, WARN, Check
 from gpulab.vm.connection import is_local
@@ -38,7 +38,7 @@ def guest_branch(spec: VmSpec, gpu: Gpu) -> tuple[int | None, str]:
 
 def needs_hidden_kvm(spec: VmSpec, gpu: Gpu) -> bool | None:
     """True when the GPU's guest driver refuses it under a hypervisor; None when the branch is unknown."""
-    if product_class(gpu.name) != "consumer":
+    if product_class(gpu.name) != CONSUMER:
         return False
     branch, _source = guest_branch(spec, gpu)
     return None if branch is None else branch < GEFORCE_VM_BRANCH

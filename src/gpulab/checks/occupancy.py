@@ -344,7 +344,7 @@ def gpus_free(occupancy: Occupancy | None, selected: Sequence[GpuInfo], allow_bu
         for g, look in zip(selected, looks, strict=True)
         if look is None or look.problem
     ]
-    from gpulab.health import vgpu_host
+    from gpulab.checks.health.modes import vgpu_host
 
     # On a vGPU hypervisor the processes on a GPU are the VMs it serves: the host's purpose, not foreign work.
     hosts = {g.index for g in selected if vgpu_host(g)}

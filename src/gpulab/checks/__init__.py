@@ -1,0 +1,2 @@
+"""The validation's checks over what discovery read: health verdicts on a Fingerprint, the GPUs' occupancy before a
+run, DCGM's diagnostic and a GPU inside a container. Each returns report Checks; validate/ and the plugin call them."""
