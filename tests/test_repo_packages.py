@@ -87,13 +87,13 @@ def test_a_branch_older_than_nvidia_s_naming_or_a_bad_input_is_one_clear_line():
 def test_the_role_takes_nvidia_s_names_from_the_matrix_only():
     """One place: no repository name is spelled in the role; the distribution's own names stay in its vars."""
     spelled = re.compile(r"cuda-drivers-\{\{|nvidia-open-\{\{|nvidia-driver-pinning")
-    for path in [*ROLE.glob("tasks/*.yml"), ROLE / "vars/main.yml"]:
+    for path in [*ROLE.rglob("tasks/**/*.yml"), ROLE / "vars/main.yml"]:
         for line in path.read_text().splitlines():
             if not line.lstrip().startswith("#"):
                 assert not spelled.search(line), f"{path.name}: {line.strip()}"
     role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text())
     assert "gpulab.provision.nvidia_repo_packages" in role_vars["_nvidia_driver_repo"]
-    install = (ROLE / "tasks/install-apt.yml").read_text()
+    install = (ROLE / "tasks/family/Debian/install.yml").read_text()
     assert install.index("_nvidia_driver_repo_pinning") < install.index("name: Install the driver packages")
 
 
@@ -149,7 +149,8 @@ def simulate(repo: Path, tmp: Path, branch: str, names: list[str], pinned: bool 
 
 
 def role_request(branch: str, modules: str) -> list[str]:
-    """What install-apt.yml and services.yml ask apt for: the pinning package, then names at the branch's versions."""
+    """What the Debian family's install.yml and fabricmanager.yml ask apt for: the pinning package, then names at
+    the branch's versions."""
     names = nvidia_repo_packages(branch, modules)
     versioned = names["driver"] + names["persistenced"] + names["fabricmanager"]
     return names["pinning"] + [f"{n}={branch}.*" for n in versioned]
