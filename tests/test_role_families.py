@@ -52,9 +52,9 @@ def tasks_of(items: list | None):
 def module_of(task: dict) -> str:
     for key in task:
         name = key.rsplit(".", 1)[-1]
-        if key.startswith(("ansible.builtin.", "ansible.legacy.")) or "." not in key:
-            if name in APT_MODULES or name in {"package", "include_tasks", "import_tasks"}:
-                return name
+        builtin = key.startswith(("ansible.builtin.", "ansible.legacy.")) or "." not in key
+        if builtin and (name in APT_MODULES or name in {"package", "include_tasks", "import_tasks"}):
+            return name
     return ""
 
 

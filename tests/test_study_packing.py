@@ -124,7 +124,9 @@ def test_packed_workers_share_their_gpus_pin_and_memory_and_cpu_workers_are_neve
     [
         (0.63, 2500.0, 16, 4, "63% busy: 4"),  # the H100's measured two thirds: four at once
         (0.80, 2500.0, 16, 3, "80% busy: 3"),
-        (0.99, 2500.0, 16, 1, "99% busy: 1"),  # a run that fills the GPU alone is not packed
+        (0.99, 2500.0, 16, 1, "99% busy (≥ 90%): 1"),  # a run that fills the GPU alone is not packed
+        (0.91, 2500.0, 16, 1, "91% busy (≥ 90%): 1"),  # nor one that leaves it a tenth: a second costs its start-up
+        (0.89, 2500.0, 16, 2, "89% busy: 2"),
         (0.30, 2500.0, 16, 6, "at most 6"),  # never beyond MAX_AUTO
         (0.63, 30000.0, 16, 2, "memory holds 2"),  # a big run: what memory holds
         (0.63, 2500.0, 3, 3, "3 cores for 1 GPU"),  # a worker per core at most
@@ -138,8 +140,8 @@ def test_auto_sizes_from_the_probe_runs_gpu_use_and_memory(busy, footprint, core
 
 
 def test_the_tightest_gpu_decides_and_a_resume_reuses_the_sized_count():
-    probes = [Probe(2500.0, H100_MIB, 0.63, 6.0), Probe(2600.0, H100_MIB, 0.9, 6.0)]
-    assert size(probes, cores=32, gpus=2)[0] == 2  # the busier GPU's count (0.9 → 2) for both
+    probes = [Probe(2500.0, H100_MIB, 0.63, 6.0), Probe(2600.0, H100_MIB, 0.85, 6.0)]
+    assert size(probes, cores=32, gpus=2)[0] == 2  # the busier GPU's count (0.85 → 2) for both
     sessions = [{"packing": {"asked": "auto", "per_gpu": 4}}, {"packing": {"asked": 2, "per_gpu": 2}}]
     assert packing.recorded(sessions) == 4 and packing.recorded([{}]) is None
     chosen, todo, record = packing.plan("auto", [_slot()], [{"a": 1}] * 5, sessions, run=lambda p, c: pytest.fail())
