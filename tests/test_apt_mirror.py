@@ -9,7 +9,9 @@ cuda-toolkit-12-2 and libcudnn9-cuda-12 carry contents from NVIDIA's cuDNN wheel
 release (NVIDIA's repository for Debian 12 starts at CUDA 12.2, Debian's nvcc is 11.8).
 
 On Debian 12, with every source NVIDIA's repository: first a keyring holding an unexpected key is refused before it
-is installed; then a dry run, the real run, and a second that changes nothing.
+is installed; then a dry run, the real run, and a second that changes nothing. On Debian 13, with the default
+inventory: its driver source, auto, takes R580 from NVIDIA's repository (Debian 13's R550 is not a long-term branch),
+the run enables the archive's non-free components in its deb822 sources, and a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from guest.image import in_chroot
 from playbook import ansible_playbook
 from provision.apt_mirror import Mirror, build_mirror, control_of, cudnn_from_wheel, toolkit_stand_in
 from provision.driver_stand_ins import NVIDIA_REPO_STANZAS, UNIT_FILES, nvidia_repo_stand_ins
@@ -210,3 +213,49 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         r"libcudnn\.so\.9 \(libc6,x86-64\) => (/usr)?/lib/x86_64-linux-gnu/libcudnn\.so\.9",
         chroot(root, "ldconfig", "-p"),
     )
+
+
+@pytest.mark.slow
+def test_debian_13_with_the_default_inventory_takes_r580_from_the_signed_mirror(trixie_root, tmp_path):
+    """The driver play with the default inventory on a stock Debian 13 host, a P100 assumed: only NVIDIA's
+    repository is a mirror (its URL and key). The toolkit's and cuDNN's roles have their own tests."""
+    require_ansible()
+    root = trixie_root
+    mirror = r580_mirror(tmp_path, "debian13")
+    # A stock Debian 13 host: deb822 sources with the archive's main component only, in apt's lists too.
+    sources = root / "etc/apt/sources.list.d/debian.sources"
+    stock = sources.read_text()
+    assert stock.count("Components: main contrib non-free non-free-firmware\n") == 2, stock
+    sources.write_text(stock.replace("Components: main contrib non-free non-free-firmware", "Components: main"))
+    in_chroot(root, "apt-get", "update", "-q")
+    with serve(mirror.served) as url:
+        host = {
+            "root": root,
+            "gpulab_preflight_gpu_pci_ids": [P100],
+            "nvidia_driver_source": "auto",  # the roles' default (chroot_inventory's is distro)
+            "nvidia_cuda_repo_base_url": url,
+            "nvidia_cuda_repo_key_fingerprints": [mirror.fingerprint],
+            # The stand-in nvidia-kernel-dkms carries no module source (test_roles_chroot.py builds a real one).
+            "nvidia_driver_build_modules": False,
+        }
+        inventory = chroot_inventory(tmp_path / "inventory", {"image": host})
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--tags", "nvidia_driver")
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--tags", "nvidia_driver")
+    print(first.recap_text())
+    print(second.recap_text())
+    assert first.rc == 0, first.explain()
+    assert second.rc == 0, second.explain()
+    assert second.recap()["image"]["changed"] == 0, second.changed_tasks()
+
+    said = " ".join(first.output.split())
+    # auto took NVIDIA's repository for the driver, Debian 13's own CUDA 12.4 stays the toolkit's source.
+    assert f"profile auto: driver={DRIVER}, kernel_modules=proprietary, cuda=12.4," in said
+    assert "from driver cuda_repo, cuda distro, cudnn wheel" in said
+    assert_branch_580_from_the_mirror(root, first.output)
+    # NVIDIA's repository for Debian 13, through the mirror; Debian's own sources in deb822 with the components the
+    # default toolkit source (Debian's nvidia-cuda-toolkit) needs.
+    cuda_list = (root / "etc/apt/sources.list.d/cuda-debian13-x86_64.list").read_text()
+    assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/debian13/x86_64/ /" in cuda_list
+    assert sources.read_text() == stock
+    assert not (root / "etc/apt/sources.list").exists()
+    assert "blacklist nouveau" in (root / "etc/modprobe.d/gpulab-blacklist-nouveau.conf").read_text()
