@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import pytest
 
-from guest.fixtures import booted_guest, debian_root, guest_rootfs, libvirt_system, require_root_tools
+from guest.fixtures import (
+    booted_guest,
+    debian_root,
+    guest_rootfs,
+    libvirt_system,
+    require_root_tools,
+    trixie_root,
+    trixie_rootfs,
+)
 
-__all__ = ["booted_guest", "debian_root", "guest_rootfs", "libvirt_system", "require_root_tools"]
+__all__ = [
+    "booted_guest",
+    "debian_root",
+    "guest_rootfs",
+    "libvirt_system",
+    "require_root_tools",
+    "trixie_root",
+    "trixie_rootfs",
+]
 
 # Tests that use one of these fixtures run on one worker, one after another (xdist's loadgroup): the booted guest and
 # the system libvirtd exist once per session. (Debian roots need no group: each seeds its own apt archive from the
-# shared cache, guest.image.seeded_archives, and the root image is built once under a lock.)
+# shared cache of its suite, guest.image.seeded_archives, and each suite's root image is built once under a lock.)
 SHARED_BY = (("guest", ("booted_guest", "libvirt_system")),)
 
 

@@ -1,10 +1,17 @@
 """The NVIDIA-repository source of nvidia_driver, cuda_toolkit and cudnn, run for real against a local mirror.
 
 The mirror (tests/provision/apt_mirror.py) is signed with a key made for this run and ships it in a cuda-keyring
-package, as NVIDIA does; its packages carry NVIDIA's names (cuda-drivers-535, cuda-toolkit-12-2,
-libcudnn9-cuda-12) and contents re-packaged from Debian's archive and NVIDIA's cuDNN wheel (the toolkit's nvcc only
-reports its release: NVIDIA's repository for Debian 12 starts at CUDA 12.2, Debian's nvcc is 11.8). First a keyring
-holding an unexpected key is refused before it is installed; then the real run, and a second that changes nothing.
+package, as NVIDIA does. Its driver packages are the R580 generation the roles choose, with the names, versions,
+Depends and Provides of NVIDIA's Packages (tests/provision/driver_stand_ins.py: nvidia-driver-pinning-580, the
+unversioned cuda-drivers and nvidia-fabricmanager, which Provides nvidia-fabricmanager-580, and what they pull), R590's
+beside them as in NVIDIA's repository; they are empty but for the units the roles read and enable. Its
+cuda-toolkit-12-2 and libcudnn9-cuda-12 carry contents from NVIDIA's cuDNN wheel and an nvcc that only reports its
+release (NVIDIA's repository for Debian 12 starts at CUDA 12.2, Debian's nvcc is 11.8).
+
+On Debian 12, with every source NVIDIA's repository: first a keyring holding an unexpected key is refused before it
+is installed; then a dry run, the real run, and a second that changes nothing. On Debian 13, with the default
+inventory: its driver source, auto, takes R580 from NVIDIA's repository (Debian 13's R550 is not a long-term branch),
+the run enables the archive's non-free components in its deb822 sources, and a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -15,17 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from guest.image import in_chroot
 from playbook import ansible_playbook
-from provision.apt_mirror import (
-    Mirror,
-    build_deb,
-    build_mirror,
-    control_of,
-    cudnn_from_wheel,
-    downloaded_debs,
-    renamed,
-    toolkit_stand_in,
-)
+from provision.apt_mirror import Mirror, build_mirror, control_of, cudnn_from_wheel, toolkit_stand_in
+from provision.driver_stand_ins import NVIDIA_REPO_STANZAS, UNIT_FILES, nvidia_repo_stand_ins
 from provision.files import cached_pypi_file, pinned_wheel, serve, tree_state, without_apt_caches
 from provision.inventory import chroot_inventory, require_ansible
 
@@ -47,49 +47,82 @@ def chroot(root: Path, *cmd: str) -> str:
     return subprocess.run(["chroot", str(root), *cmd], capture_output=True, text=True, check=True).stdout
 
 
+def _release(version: str) -> list[int]:
+    return [int(part) for part in version.split("-")[0].split(".")]
+
+
 def driver_version(mirror: Mirror) -> str:
-    """The driver the mirror's cuda-drivers-535 carries (Debian's current nvidia-smi, whatever point release)."""
-    deb = next(mirror.repo.glob("cuda-drivers-535_*.deb"))
-    return control_of(deb)["Version"].split("-")[0]
+    """The driver a test plans: the oldest release among the mirror's driver meta packages (R580's cuda-drivers
+    here, R590's beside it; cuda-drivers-535 where a test re-packages Debian's driver)."""
+    versions = [control_of(deb)["Version"] for deb in mirror.repo.glob("cuda-drivers*.deb")]
+    return min(versions, key=_release).split("-")[0]
 
 
-def fabricmanager_stand_in(work: Path, out_dir: Path, branch: str, version: str) -> Path:
-    """nvidia-fabricmanager-<branch> with its systemd unit at NVIDIA's path (the daemon itself cannot run here)."""
-    tree = work / "fabricmanager"
-    unit = tree / "lib/systemd/system/nvidia-fabricmanager.service"
-    unit.parent.mkdir(parents=True)
-    unit.write_text(
-        "[Unit]\nDescription=NVIDIA fabric manager service (stand-in)\n[Service]\nType=forking\n"
-        "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
-    control = {
-        "Package": f"nvidia-fabricmanager-{branch}",
-        "Version": version,
-        "Architecture": "amd64",
-        "Description": f"Fabric Manager {version} stand-in (its unit file only)",
-    }
-    return build_deb(tree, out_dir, control)
+# NVIDIA's R580 generation, and R590 beside it as in NVIDIA's repository: the newer branch that the pin and
+# nvidia-driver-pinning-580 must keep out (cuda-drivers' dependencies have lower bounds only).
+R580_GENERATION = [s for s in NVIDIA_REPO_STANZAS if s["Version"].split(".")[0] in ("580", "590")]
+DRIVER = next(s["Version"] for s in R580_GENERATION if s["Package"] == "nvidia-driver-pinning-580").split("-")[0]
+# What cuda-drivers 580 brings from the mirror, at the driver's version (nvidia-settings and the X tools aside).
+DRIVER_PACKAGES = ("cuda-drivers", "nvidia-driver", "nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-persistenced")
+
+
+def r580_mirror(tmp: Path, distro: str = "debian12", cuda_stack: bool = False) -> Mirror:
+    """The signed mirror of NVIDIA's repository for `distro` (at tmp/mirror) with the R580 generation's driver
+    packages, and with cuda_stack the CUDA 12.2 toolkit and cuDNN 9.10 for CUDA 12 under NVIDIA's names."""
+    work, out = tmp / "work", tmp / "debs"
+    work.mkdir()
+    out.mkdir()
+    debs = nvidia_repo_stand_ins(work / "driver", out, R580_GENERATION, UNIT_FILES)
+    if cuda_stack:
+        wheel = pinned_wheel("9.10-cu11")
+        wheel_file = cached_pypi_file(wheel["path"], wheel["sha256"])
+        debs += [
+            toolkit_stand_in(work, out, "12.2", "12.2.140-1"),
+            # The cu11 wheel's library stands in for the cu12 build (the test reads where it lands, not what it runs).
+            *cudnn_from_wheel(wheel_file, work, out, "12", wheel["version"]),
+        ]
+    # gpg-agent's socket lives in the mirror's key directory: its path must stay short (under pytest-xdist too).
+    return build_mirror(tmp / "mirror", debs, distro=distro)
 
 
 @pytest.fixture
-def mirror(debian_root, tmp_path):
-    sources = downloaded_debs(debian_root, ["nvidia-smi"])
-    debian_version = control_of(sources["nvidia-smi"])["Version"]
-    wheel = pinned_wheel("9.10-cu11")
-    wheel_file = cached_pypi_file(wheel["path"], wheel["sha256"])
-    work, out = tmp_path / "work", tmp_path / "debs"
-    work.mkdir()
-    out.mkdir()
-    debs = [
-        # NVIDIA versions its packages <driver>-1; the dependencies stay Debian's, at Debian's version.
-        renamed(sources["nvidia-smi"], work, out, "cuda-drivers-535", debian_version.split("-")[0] + "-1"),
-        fabricmanager_stand_in(work, out, "535", debian_version.split("-")[0] + "-1"),
-        toolkit_stand_in(work, out, "12.2", "12.2.140-1"),
-        # The cu11 wheel's library stands in for the cu12 build (the test reads where it lands, not what it runs).
-        *cudnn_from_wheel(wheel_file, work, out, "12", wheel["version"]),
-    ]
-    return build_mirror(tmp_path / "mirror", debs)
+def mirror(tmp_path):
+    return r580_mirror(tmp_path, cuda_stack=True)
+
+
+def installed(root: Path, packages: list[str] | tuple[str, ...]) -> list[str]:
+    """`<package> <version> <status>` of the packages dpkg knows (a name it does not know is left out), sorted."""
+    proc = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\n", *packages],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return sorted(line for line in proc.stdout.splitlines() if not line.endswith(" not-installed"))
+
+
+def assert_branch_580_from_the_mirror(root: Path, first_output: str) -> None:
+    """The pinning package and the driver packages from the mirror at R580's release, held where the role holds;
+    nothing of R590 (the mirror's newest) and nothing of the Debian archive's own driver."""
+    pinning = installed(root, ["nvidia-driver-pinning-580"])
+    assert pinning[0].startswith(f"nvidia-driver-pinning-580 {DRIVER}-1 ") and pinning[0].endswith(" ok installed")
+    held = {"cuda-drivers"}
+    assert installed(root, DRIVER_PACKAGES) == sorted(
+        f"{p} {DRIVER}-1 {'hold' if p in held else 'install'} ok installed" for p in DRIVER_PACKAGES
+    )
+    everything = chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version}\n")
+    assert " 590." not in everything
+    assert f"Pin: version {DRIVER}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
+    assert f"*** {DRIVER}-1 1001" in chroot(root, "apt-cache", "policy", "cuda-drivers")
+    # Persistence mode on through a drop-in over NVIDIA's unit, its own command line kept.
+    assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service").is_symlink()
+    dropin = (root / "etc/systemd/system/nvidia-persistenced.service.d/gpulab-persistence-mode.conf").read_text()
+    exec_start = [line for line in dropin.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start == [
+        "ExecStart=",
+        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose --persistence-mode",
+    ], dropin
+    assert "is installed but not active until image reboots" in " ".join(first_output.split())
 
 
 def host_vars(root: Path, url: str, mirror: Mirror, fingerprint: str | None = None) -> dict:
@@ -111,7 +144,6 @@ def host_vars(root: Path, url: str, mirror: Mirror, fingerprint: str | None = No
 def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, mirror, tmp_path):
     require_ansible()
     root = debian_root
-    driver = driver_version(mirror)
     with serve(mirror.served) as url:
         # A keyring holding another key than the one expected is refused before it is installed.
         wrong = host_vars(root, url, mirror, "EB693B3035CD5710E231E123A4B469963BF863CC")  # NVIDIA's, not the mirror's
@@ -126,7 +158,12 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         assert "cuda-keyring" not in chroot(root, "dpkg-query", "-W", "-f=${Package}\n")
 
         # Fabric Manager as on an NVSwitch system (sysfs here has no NVSwitch to find).
-        hostvars = {**host_vars(root, url, mirror), "nvidia_driver_fabricmanager": True}
+        # The persistence daemon's unit is NVIDIA's here (the stand-in carries it).
+        hostvars = {
+            **host_vars(root, url, mirror),
+            "nvidia_driver_fabricmanager": True,
+            "nvidia_driver_persistenced": True,
+        }
         inventory = chroot_inventory(tmp_path / "inventory", {"image": hostvars})
         # A dry run on the fresh host: it passes, shows the changes it can and changes nothing.
         before = tree_state(root)
@@ -150,23 +187,21 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     sources = (root / "etc/apt/sources.list.d/cuda-debian12-x86_64.list").read_text()
     assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/debian12/x86_64/ /" in sources
     assert "developer.download.nvidia.com" not in sources
-    # Every package came from the mirror at the requested version, and is held.
+    # R580's packages came from the mirror at the requested release, none of R590's; the driver is held.
+    assert_branch_580_from_the_mirror(root, first.output)
+    # Fabric Manager, the toolkit and cuDNN from the mirror at the requested versions, held.
     wanted = {
-        "cuda-drivers-535": f"{driver}-1",
-        "nvidia-fabricmanager-535": f"{driver}-1",
+        "nvidia-fabricmanager": f"{DRIVER}-1",
         "cuda-toolkit-12-2": "12.2.140-1",
         "libcudnn9-cuda-12": "9.10.2.21-1",
         "libcudnn9-dev-cuda-12": "9.10.2.21-1",
     }
-    status = chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\n", *wanted)
-    assert sorted(status.splitlines()) == sorted(f"{p} {v} hold ok installed" for p, v in wanted.items())
+    assert installed(root, list(wanted)) == sorted(f"{p} {v} hold ok installed" for p, v in wanted.items())
     policy = chroot(root, "apt-cache", "policy", "cuda-toolkit-12-2")
     assert f"{url}/debian12/x86_64  Packages" in policy
-    # The driver's dependencies come from Debian at the same driver version, which the pin keeps.
-    assert chroot(root, "dpkg-query", "-W", "-f=${Version}", "libnvidia-ml1").startswith(f"{driver}-")
-    assert f"Pin: version {driver}*" in (root / "etc/apt/preferences.d/gpulab-nvidia-driver").read_text()
-    assert f"*** {driver}-1 1001" in chroot(root, "apt-cache", "policy", "cuda-drivers-535")
-    # Fabric Manager at the driver's version, enabled; it cannot start in a root, and the run says so.
+    # Fabric Manager 580 is the unversioned package that provides nvidia-fabricmanager-580, at the driver's version,
+    # enabled; it cannot start in a root, and the run says so.
+    assert "Provides: nvidia-fabricmanager-580" in chroot(root, "dpkg", "-s", "nvidia-fabricmanager")
     assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service").is_symlink()
     assert "Fabric Manager is enabled and starts with the driver at the next boot; not started now" in " ".join(
         first.output.split()
@@ -178,3 +213,49 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
         r"libcudnn\.so\.9 \(libc6,x86-64\) => (/usr)?/lib/x86_64-linux-gnu/libcudnn\.so\.9",
         chroot(root, "ldconfig", "-p"),
     )
+
+
+@pytest.mark.slow
+def test_debian_13_with_the_default_inventory_takes_r580_from_the_signed_mirror(trixie_root, tmp_path):
+    """The driver play with the default inventory on a stock Debian 13 host, a P100 assumed: only NVIDIA's
+    repository is a mirror (its URL and key). The toolkit's and cuDNN's roles have their own tests."""
+    require_ansible()
+    root = trixie_root
+    mirror = r580_mirror(tmp_path, "debian13")
+    # A stock Debian 13 host: deb822 sources with the archive's main component only, in apt's lists too.
+    sources = root / "etc/apt/sources.list.d/debian.sources"
+    stock = sources.read_text()
+    assert stock.count("Components: main contrib non-free non-free-firmware\n") == 2, stock
+    sources.write_text(stock.replace("Components: main contrib non-free non-free-firmware", "Components: main"))
+    in_chroot(root, "apt-get", "update", "-q")
+    with serve(mirror.served) as url:
+        host = {
+            "root": root,
+            "gpulab_preflight_gpu_pci_ids": [P100],
+            "nvidia_driver_source": "auto",  # the roles' default (chroot_inventory's is distro)
+            "nvidia_cuda_repo_base_url": url,
+            "nvidia_cuda_repo_key_fingerprints": [mirror.fingerprint],
+            # The stand-in nvidia-kernel-dkms carries no module source (test_roles_chroot.py builds a real one).
+            "nvidia_driver_build_modules": False,
+        }
+        inventory = chroot_inventory(tmp_path / "inventory", {"image": host})
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--tags", "nvidia_driver")
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--tags", "nvidia_driver")
+    print(first.recap_text())
+    print(second.recap_text())
+    assert first.rc == 0, first.explain()
+    assert second.rc == 0, second.explain()
+    assert second.recap()["image"]["changed"] == 0, second.changed_tasks()
+
+    said = " ".join(first.output.split())
+    # auto took NVIDIA's repository for the driver, Debian 13's own CUDA 12.4 stays the toolkit's source.
+    assert f"profile auto: driver={DRIVER}, kernel_modules=proprietary, cuda=12.4," in said
+    assert "from driver cuda_repo, cuda distro, cudnn wheel" in said
+    assert_branch_580_from_the_mirror(root, first.output)
+    # NVIDIA's repository for Debian 13, through the mirror; Debian's own sources in deb822 with the components the
+    # default toolkit source (Debian's nvidia-cuda-toolkit) needs.
+    cuda_list = (root / "etc/apt/sources.list.d/cuda-debian13-x86_64.list").read_text()
+    assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/debian13/x86_64/ /" in cuda_list
+    assert sources.read_text() == stock
+    assert not (root / "etc/apt/sources.list").exists()
+    assert "blacklist nouveau" in (root / "etc/modprobe.d/gpulab-blacklist-nouveau.conf").read_text()

@@ -13,9 +13,11 @@ Fixtures (registered in tests/conftest.py):
   downloads, less when the .deb cache is warm) under ``${GPULAB_CI_CACHE:-/var/cache/gpulab-ci}/guest/``.
 - ``debian_root`` (function) -- a fresh unpacked copy of that root (~10 s) at ``tmp_path/"root"``, with /proc,
   /sys, /dev, /dev/pts and resolv.conf bind-mounted, a policy-rc.d that keeps services from starting, and
-  ``/var/cache/apt/archives`` bound to the shared ``.../apt-archives`` cache so repeated runs download each .deb
-  once. Yields the root's path; unmounted and deleted afterwards. Use it with Ansible's
+  ``/var/cache/apt/archives`` seeded from the shared ``.../apt-archives`` cache so repeated runs download each
+  .deb once. Yields the root's path; unmounted and deleted afterwards. Use it with Ansible's
   ``community.general.chroot`` connection (``ansible_host=<root>``) or ``guest.image.in_chroot(root, *cmd)``.
+- ``trixie_rootfs`` (session), ``trixie_root`` (function) -- the same for Debian 13 (trixie): its own tarball
+  (~2 min cold) and apt archive cache (``.../apt-archives-trixie``).
 - ``libvirt_system`` (session) -- an open ``qemu:///system`` connection (gpulab.vm.connect); virtlogd and
   libvirtd are started by hand when they do not run (``/dev/kvm`` made group-kvm first, or every libvirt call
   re-probes QEMU), and test guests left by dead sessions are removed.
@@ -30,7 +32,8 @@ Fixtures (registered in tests/conftest.py):
   (``guest.ansible_vars()`` gives the connection variables alone). Destroyed and undefined at session end.
 
 The building blocks, for tests that need another shape (e.g. one root shared by a module):
-``guest.image.rootfs_tarball()``, ``unpack_root(dest)``, ``chroot_mounts(root, apt_cache=None)`` (a context
+``guest.image.rootfs_tarball(suite="bookworm")``, ``unpack_root(dest, suite="bookworm")`` (also ``"trixie"``,
+Debian 13: the ``trixie_root`` fixture), ``chroot_mounts(root, apt_cache=None)`` (a context
 manager; always unmounts), ``remove_root(root)`` (never crosses a mount), ``in_chroot(root, *cmd)``,
 ``kernel_release(root)``; ``guest.disk.base_disk()`` (the root as an ext4 qcow2 plus its kernel and initrd,
 cached), ``guest.boot.boot(conn, name, key)``, ``guest.boot.remove_guest(conn, name)``.

@@ -35,6 +35,20 @@ def debian_root(guest_rootfs: Path, tmp_path: Path) -> Iterator[Path]:
         yield root
 
 
+@pytest.fixture(scope="session")
+def trixie_rootfs() -> Path:
+    """The cached Debian 13 root tarball (built on first use, like the Debian 12 one)."""
+    prereq.require_root_tools(*ROOTFS_TOOLS)
+    return image.rootfs_tarball("trixie")
+
+
+@pytest.fixture
+def trixie_root(trixie_rootfs: Path, tmp_path: Path) -> Iterator[Path]:
+    """A fresh Debian 13 root for this test (image.fresh_root), its apt archive seeded from Debian 13's cache."""
+    with image.fresh_root(tmp_path / "root", "trixie") as root:
+        yield root
+
+
 BOOT_TOOLS = (
     *ROOTFS_TOOLS,
     "mkfs.ext4",

@@ -1,8 +1,10 @@
-"""A Debian 12 root filesystem for the tests: built once with debootstrap, cached as a tarball, unpacked per test.
+"""Debian root filesystems for the tests: built once per suite with debootstrap, cached as a tarball, unpacked per
+test. Debian 12 (bookworm) is the default and the booted guest's; Debian 13 (trixie) is built the same way.
 
-The cache lives outside the clone, under ${GPULAB_CI_CACHE:-/var/cache/gpulab-ci}/guest/, keyed by a hash of
-this file (which holds the package list and every build step), so changing the recipe rebuilds it. Builds are
-atomic (temp dir + rename) and serialised by a file lock, so parallel test sessions never see half an image.
+The cache lives outside the clone, under ${GPULAB_CI_CACHE:-/var/cache/gpulab-ci}/guest/, keyed by the suite and a
+hash of this file (which holds the package list and every build step), so changing the recipe rebuilds it. Builds
+are atomic (temp dir + rename) and serialised by a file lock, so parallel test sessions never see half an image.
+Downloaded packages are cached by suite (debootstrap's and apt's), so each is fetched once.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-SUITE = "bookworm"
+SUITE = "bookworm"  # the default suite, and the booted guest's
+SUITES = {"bookworm": "12", "trixie": "13"}  # suite -> Debian release
 MIRROR = os.environ.get("GPULAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("GPULAB_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
@@ -57,15 +61,22 @@ def guest_cache() -> Path:
     return cache_root() / "guest"
 
 
-def apt_archive_cache() -> Path:
-    """Downloaded .debs shared by every chroot's apt (bind-mounted over /var/cache/apt/archives)."""
-    return cache_root() / "apt-archives"
+def by_suite(name: str, suite: str) -> str:
+    """A cache's name for a suite: the default suite's keeps the plain name."""
+    if suite not in SUITES:
+        raise ValueError(f"no Debian root recipe for suite {suite!r} (known: {', '.join(SUITES)})")
+    return name if suite == SUITE else f"{name}-{suite}"
 
 
-def recipe_key() -> str:
-    """Hash of what builds the image: this file and the mirror layout it writes."""
+def apt_archive_cache(suite: str = SUITE) -> Path:
+    """Downloaded .debs of one suite, shared by every chroot's apt of that suite (seeded_archives)."""
+    return cache_root() / by_suite("apt-archives", suite)
+
+
+def recipe_key(suite: str = SUITE) -> str:
+    """Hash of what builds the image: this file, the suite and the mirror layout it writes."""
     h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(f"{SUITE} {' '.join(COMPONENTS)}".encode())
+    h.update(f"{suite} {' '.join(COMPONENTS)}".encode())
     return h.hexdigest()[:16]
 
 
@@ -169,16 +180,16 @@ def _write(root: Path, rel: str, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _configure(root: Path) -> None:
+def _configure(root: Path, suite: str) -> None:
     """Turn a debootstrap tree into a bootable, SSH-reachable guest that Ansible can manage."""
     comps = " ".join(COMPONENTS)
     (root / "etc/apt/sources.list").unlink(missing_ok=True)
     _write(
         root,
         "etc/apt/sources.list.d/debian.sources",
-        f"Types: deb\nURIs: {MIRROR}\nSuites: {SUITE} {SUITE}-updates\nComponents: {comps}\n"
+        f"Types: deb\nURIs: {MIRROR}\nSuites: {suite} {suite}-updates\nComponents: {comps}\n"
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
-        f"Types: deb\nURIs: {SECURITY_MIRROR}\nSuites: {SUITE}-security\nComponents: {comps}\n"
+        f"Types: deb\nURIs: {SECURITY_MIRROR}\nSuites: {suite}-security\nComponents: {comps}\n"
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     )
     _write(root, "etc/hostname", f"{HOSTNAME}\n")
@@ -222,7 +233,7 @@ def _configure(root: Path) -> None:
         "apt-daily-upgrade.timer",
         "systemd-networkd-wait-online.service",
     )
-    with chroot_mounts(root, apt_cache=apt_archive_cache()):
+    with chroot_mounts(root, apt_cache=apt_archive_cache(suite)):
         in_chroot(root, "apt-get", "update", "-q")
         in_chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES)
     in_chroot(root, "apt-get", "clean")
@@ -238,7 +249,7 @@ def kernel_release(root: Path) -> str:
     return kernels[0]
 
 
-def build_rootfs(dest_tarball: Path, debs_cache: Path | None = None) -> None:
+def build_rootfs(dest_tarball: Path, debs_cache: Path | None = None, suite: str = SUITE) -> None:
     """debootstrap + configure into a temp dir beside dest, tar it, rename into place."""
     dest_tarball.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=dest_tarball.parent))
@@ -254,12 +265,12 @@ def build_rootfs(dest_tarball: Path, debs_cache: Path | None = None) -> None:
             debs_cache.mkdir(parents=True, exist_ok=True)
             cmd.append(f"--cache-dir={debs_cache}")
         try:
-            run([*cmd, SUITE, str(root), MIRROR], timeout=3600)
+            run([*cmd, suite, str(root), MIRROR], timeout=3600)
         except RuntimeError as err:
             log = root / "debootstrap/debootstrap.log"
             detail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
             raise RuntimeError(f"{err}\ndebootstrap.log:\n{detail}") from err
-        _configure(root)
+        _configure(root, suite)
         kernel_release(root)  # exactly one kernel, or the boot tests could not pick one
         tmp_tar = work / "rootfs.tar.zst"
         run(
@@ -283,33 +294,45 @@ def build_rootfs(dest_tarball: Path, debs_cache: Path | None = None) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+STALE_AFTER_S = 24 * 3600
+
+
 def prune_stale(keep: Path) -> None:
-    """Delete other builds of the same kind beside `keep` (earlier recipes), so the cache does not grow."""
-    stem = keep.name.split("-")[0]
+    """Delete other builds of the same kind beside `keep` (other recipes of its suite) that no session used for a
+    day, so the cache does not grow; a checkout of another recipe that uses its build now keeps it."""
+    stem = keep.name.split(".")[0].rsplit("-", 1)[0]  # rootfs-<suite>-<key>.tar.zst, disk-<key>
     for old in keep.parent.glob(f"{stem}-*"):
-        if old != keep:
+        if old != keep and old.name.split(".")[0].rsplit("-", 1)[0] == stem and _unused_for_a_day(old):
             if old.is_dir():
                 remove_root(old)
             else:
                 old.unlink(missing_ok=True)
 
 
-def rootfs_tarball() -> Path:
-    """The cached root tarball for the current recipe, built on first use (minutes) and reused afterwards."""
+def _unused_for_a_day(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > STALE_AFTER_S
+    except FileNotFoundError:
+        return False
+
+
+def rootfs_tarball(suite: str = SUITE) -> Path:
+    """The cached root tarball of the suite for the current recipe, built on first use (minutes) and reused
+    afterwards (its time stamp says when it was last used, for prune_stale)."""
     cache = guest_cache()
-    tarball = cache / f"rootfs-{SUITE}-{recipe_key()}.tar.zst"
-    if tarball.exists():
-        return tarball
-    with file_lock(cache / "rootfs.lock"):
-        if not tarball.exists():  # another session may have built it while this one waited
-            build_rootfs(tarball, debs_cache=cache / "debootstrap-debs")
-            prune_stale(tarball)
+    tarball = cache / f"rootfs-{suite}-{recipe_key(suite)}.tar.zst"
+    if not tarball.exists():
+        with file_lock(cache / f"{by_suite('rootfs', suite)}.lock"):
+            if not tarball.exists():  # another session may have built it while this one waited
+                build_rootfs(tarball, debs_cache=cache / by_suite("debootstrap-debs", suite), suite=suite)
+                prune_stale(tarball)
+    os.utime(tarball)
     return tarball
 
 
-def unpack_root(dest: Path) -> Path:
-    """Unpack a fresh copy of the root into dest (created; must be empty or absent) and return it."""
-    tarball = rootfs_tarball()
+def unpack_root(dest: Path, suite: str = SUITE) -> Path:
+    """Unpack a fresh copy of the suite's root into dest (created; must be empty or absent) and return it."""
+    tarball = rootfs_tarball(suite)
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise RuntimeError(f"{dest} is not empty: unpack_root needs an empty directory")
@@ -331,23 +354,24 @@ def unpack_root(dest: Path) -> Path:
 
 
 @contextlib.contextmanager
-def fresh_root(root: Path) -> Iterator[Path]:
-    """A fresh Debian 12 root unpacked at `root`, with /proc, /sys, /dev, /dev/pts and resolv.conf mounted and its
-    apt archive seeded from the shared cache (seeded_archives); unmounted and deleted afterwards."""
+def fresh_root(root: Path, suite: str = SUITE) -> Iterator[Path]:
+    """A fresh Debian root of the suite (Debian 12 by default) unpacked at `root`, with /proc, /sys, /dev, /dev/pts
+    and resolv.conf mounted and its apt archive seeded from the suite's shared cache (seeded_archives); unmounted and
+    deleted afterwards."""
     try:
-        unpack_root(root)
-        with chroot_mounts(root), seeded_archives(root):
+        unpack_root(root, suite)
+        with chroot_mounts(root), seeded_archives(root, suite):
             yield root
     finally:
         remove_root(root)
 
 
 @contextlib.contextmanager
-def seeded_archives(root: Path) -> Iterator[None]:
+def seeded_archives(root: Path, suite: str = SUITE) -> Iterator[None]:
     """The root's own apt archive, seeded with hard links to every .deb the shared cache holds; what its apt
     downloaded goes back into the cache afterwards, each file renamed into place whole. Roots never share apt's
     archive lock, so tests on several pytest workers install into roots at once and still download a package once."""
-    cache = apt_archive_cache()
+    cache = apt_archive_cache(suite)
     cache.mkdir(parents=True, exist_ok=True)
     archives = root / "var/cache/apt/archives"
     (archives / "partial").mkdir(parents=True, exist_ok=True)

@@ -109,13 +109,45 @@ def packages_text(stanzas: list[dict[str, str]]) -> str:
     return "\n".join("".join(f"{k}: {v}\n" for k, v in s.items()) for s in stanzas)
 
 
-def nvidia_repo_stand_ins(work: Path, out_dir: Path, stanzas: list[dict[str, str]] | None = None) -> list[Path]:
+# The files of NVIDIA's packages that the roles read or enable, at the paths NVIDIA's packages install them: the
+# units of the persistence daemon (started with --no-persistence-mode, which gpulab's drop-in turns around) and of
+# Fabric Manager. The daemons themselves cannot run in a root.
+UNIT_FILES: dict[str, dict[str, str]] = {
+    "nvidia-persistenced": {
+        "lib/systemd/system/nvidia-persistenced.service": (
+            "[Unit]\nDescription=NVIDIA Persistence Daemon (stand-in)\nWants=syslog.target\n\n"
+            "[Service]\nType=forking\n"
+            "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose\n"
+            "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n"
+            "[Install]\nWantedBy=multi-user.target\n"
+        )
+    },
+    "nvidia-fabricmanager": {
+        "lib/systemd/system/nvidia-fabricmanager.service": (
+            "[Unit]\nDescription=NVIDIA fabric manager service (stand-in)\n\n[Service]\nType=forking\n"
+            "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n\n"
+            "[Install]\nWantedBy=multi-user.target\n"
+        )
+    },
+}
+
+
+def nvidia_repo_stand_ins(
+    work: Path,
+    out_dir: Path,
+    stanzas: list[dict[str, str]] | None = None,
+    files: dict[str, dict[str, str]] | None = None,
+) -> list[Path]:
     """Empty packages carrying NVIDIA's names, versions, Depends and Provides (the stanzas above), for the test
-    mirror: a name gpulab gets wrong is not there, or is only a virtual package apt will not install by version."""
+    mirror: a name gpulab gets wrong is not there, or is only a virtual package apt will not install by version.
+    `files` (package -> path -> text, e.g. UNIT_FILES) puts files into the packages so named."""
     debs = []
     for stanza in stanzas if stanzas is not None else NVIDIA_REPO_STANZAS:
         tree = work / f"{stanza['Package']}_{stanza['Version']}"
         (tree / f"usr/share/doc/{stanza['Package']}").mkdir(parents=True, exist_ok=True)
+        for rel, text in (files or {}).get(stanza["Package"], {}).items():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_text(text)
         control = {**stanza, "Description": f"{stanza['Package']} stand-in (NVIDIA's name and dependencies)"}
         debs.append(build_deb(tree, out_dir, control))
     return debs
