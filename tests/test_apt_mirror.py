@@ -215,14 +215,24 @@ def test_the_nvidia_repository_path_installs_from_a_signed_mirror(debian_root, m
     )
 
 
+# suite: (root fixture, NVIDIA's repository folder, the archive's CUDA that auto keeps for the toolkit)
+DEFAULT_INVENTORY_HOSTS = {
+    "bookworm": ("debian_root", "debian12", "11.8"),
+    "trixie": ("trixie_root", "debian13", "12.4"),
+}
+
+
 @pytest.mark.slow
-def test_debian_13_with_the_default_inventory_takes_r580_from_the_signed_mirror(trixie_root, tmp_path):
-    """The driver play with the default inventory on a stock Debian 13 host, a P100 assumed: only NVIDIA's
-    repository is a mirror (its URL and key). The toolkit's and cuDNN's roles have their own tests."""
+@pytest.mark.parametrize("suite", sorted(DEFAULT_INVENTORY_HOSTS))
+def test_debian_12_and_13_with_the_default_inventory_take_r580_from_the_signed_mirror(suite, request, tmp_path):
+    """The driver play with the default inventory on a stock Debian 12 or 13 host, a P100 assumed: only NVIDIA's
+    repository is a mirror (its URL and key). Debian 12's archive has R535 (past its end of life), Debian 13's R550
+    (not long-term): auto takes NVIDIA's R580 for both. The toolkit's and cuDNN's roles have their own tests."""
     require_ansible()
-    root = trixie_root
-    mirror = r580_mirror(tmp_path, "debian13")
-    # A stock Debian 13 host: deb822 sources with the archive's main component only, in apt's lists too.
+    fixture, distro, archive_cuda = DEFAULT_INVENTORY_HOSTS[suite]
+    root = request.getfixturevalue(fixture)
+    mirror = r580_mirror(tmp_path, distro)
+    # A stock Debian host: deb822 sources with the archive's main component only, in apt's lists too.
     sources = root / "etc/apt/sources.list.d/debian.sources"
     stock = sources.read_text()
     assert stock.count("Components: main contrib non-free non-free-firmware\n") == 2, stock
@@ -247,15 +257,16 @@ def test_debian_13_with_the_default_inventory_takes_r580_from_the_signed_mirror(
     assert second.rc == 0, second.explain()
     assert second.recap()["image"]["changed"] == 0, second.changed_tasks()
 
-    said = " ".join(first.output.split())
-    # auto took NVIDIA's repository for the driver, Debian 13's own CUDA 12.4 stays the toolkit's source.
-    assert f"profile auto: driver={DRIVER}, kernel_modules=proprietary, cuda=12.4," in said
+    said = " ".join(first.output.split()).replace("''", "'")  # the YAML callback's quoting undone
+    # auto took NVIDIA's repository for the driver, the archive's own CUDA stays the toolkit's source.
+    assert f"profile auto: driver={DRIVER}, kernel_modules=proprietary, cuda={archive_cuda}," in said
     assert "from driver cuda_repo, cuda distro, cudnn wheel" in said
+    assert "the driver comes from NVIDIA's repository (R580, long-term, supported until" in said  # and why
     assert_branch_580_from_the_mirror(root, first.output)
-    # NVIDIA's repository for Debian 13, through the mirror; Debian's own sources in deb822 with the components the
-    # default toolkit source (Debian's nvidia-cuda-toolkit) needs.
-    cuda_list = (root / "etc/apt/sources.list.d/cuda-debian13-x86_64.list").read_text()
-    assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/debian13/x86_64/ /" in cuda_list
+    # NVIDIA's repository for the release, through the mirror; Debian's own sources in deb822 with the components
+    # the default toolkit source (Debian's nvidia-cuda-toolkit) needs.
+    cuda_list = (root / f"etc/apt/sources.list.d/cuda-{distro}-x86_64.list").read_text()
+    assert f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/{distro}/x86_64/ /" in cuda_list
     assert sources.read_text() == stock
     assert not (root / "etc/apt/sources.list").exists()
     assert "blacklist nouveau" in (root / "etc/modprobe.d/gpulab-blacklist-nouveau.conf").read_text()
