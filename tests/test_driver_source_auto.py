@@ -85,7 +85,8 @@ def test_an_explicit_source_is_taken_as_given():
 def test_the_role_installs_from_the_source_the_pre_flight_chose():
     defaults = yaml.safe_load((REPO / "roles/nvidia_driver/defaults/main.yml").read_text())
     assert defaults["nvidia_driver_source"] == "auto"
-    first = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/main.yml").read_text())[0]
+    # Resolved first thing in the input checks, which gpu_nodes.yml's pre-flight play also runs on their own.
+    first = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/validate.yml").read_text())[0]
     assert first["when"] == "nvidia_driver_source == 'auto'"
     assert "gpulab_target_stack" in first["ansible.builtin.set_fact"]["nvidia_driver_source"]
     preflight = yaml.safe_load((REPO / "roles/gpulab_preflight/defaults/main.yml").read_text())
