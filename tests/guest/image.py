@@ -300,13 +300,18 @@ STALE_AFTER_S = 24 * 3600
 def prune_stale(keep: Path) -> None:
     """Delete other builds of the same kind beside `keep` (other recipes of its suite) that no session used for a
     day, so the cache does not grow; a checkout of another recipe that uses its build now keeps it."""
-    stem = keep.name.split(".")[0].rsplit("-", 1)[0]  # rootfs-<suite>-<key>.tar.zst, disk-<key>
+    stem = _kind(keep)
     for old in keep.parent.glob(f"{stem}-*"):
-        if old != keep and old.name.split(".")[0].rsplit("-", 1)[0] == stem and _unused_for_a_day(old):
+        if old != keep and _kind(old) == stem and _unused_for_a_day(old):
             if old.is_dir():
                 remove_root(old)
             else:
                 old.unlink(missing_ok=True)
+
+
+def _kind(path: Path) -> str:
+    """A build's name without its recipe key: rootfs-<suite>-<key>.tar.zst -> rootfs-<suite>, disk-<key> -> disk."""
+    return path.name.split(".")[0].rsplit("-", 1)[0]
 
 
 def _unused_for_a_day(path: Path) -> bool:
