@@ -12,12 +12,21 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.report import spread
 from gpulab.report.io import load_report
 from gpulab.validation import known_good
 
 REPORTS = sorted((Path(__file__).parent / "fixtures" / "reports").glob("*.json"))
 SHIPPED = Path(known_good.__file__).with_name("known_good.json")
 H200 = Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json"
+
+
+def test_rows_keep_each_runs_median_their_hosts_and_gpu_busy_share():
+    rows = {(r["workload"], r["launcher"], r["n"], r["gpu_model"]): r for r in known_good.build(REPORTS)["rows"]}
+    resnet = rows[("resnet50", "gpu", 1, "NVIDIA H100 80GB HBM3")]
+    assert len(resnet["runs"]) == 2 and resnet["value"] == min(resnet["runs"])
+    assert resnet["hosts"] and all("threads" in h for h in resnet["hosts"])
+    assert resnet["gpu_busy_pct"] is not None and resnet["gpu_busy_pct"] > 80
 
 
 def test_the_shipped_table_is_what_the_real_reports_give():
@@ -66,14 +75,55 @@ def _row(report, workload):
 
 def test_a_row_is_judged_against_its_models_known_good():
     report = load_report(H200)
+    host = report.fingerprint["host"]
     good = _row(report, "cifar10")
-    check = known_good.judge("NVIDIA H200", good)
-    assert check.status == "pass" and "100 % of known-good 15,819" in check.message
+    check = known_good.judge("NVIDIA H200", good, host=host)
+    assert check.status == "pass" and "100 % [100–100] of known-good 15,819" in check.message
     assert good.params["known_good"]["value"] == 15819.3
     slow = dataclasses.replace(good, value=good.value * 0.8, params=dict(good.params))
-    check = known_good.judge("NVIDIA H200", slow)
-    assert check.status == "fail" and "80 % of known-good" in check.message and "below 85 %" in check.message
+    check = known_good.judge("NVIDIA H200", slow, host=host)
+    assert check.status == "fail" and "80 % [80–80] of known-good" in check.message and "below 85 %" in check.message
     assert check.threshold == known_good.BOUND.name
+
+
+def _windows(row, *factors):
+    values = [row.value * f for f in factors]
+    return dataclasses.replace(
+        row, value=statistics.median(values), spread=spread.of_windows(values), params=dict(row.params)
+    )
+
+
+def test_the_interval_decides_pass_fail_and_marginal():
+    report = load_report(H200)
+    host = report.fingerprint["host"]
+    row = _row(report, "resnet50")  # GPU-bound: its GPU was busy
+    kg = known_good.lookup("NVIDIA H200", row)
+    assert kg is not None and not kg.host_bound
+    ratio = kg.value / row.value
+    tight = _windows(row, *(ratio * f for f in (0.97, 0.98, 0.99, 1.0, 1.0, 1.01, 1.02, 1.03)))
+    assert known_good.judge("NVIDIA H200", tight, host=host).status == "pass"
+    # Centred on the bound, spread either side: neither shown below nor above it.
+    wide = _windows(row, *(ratio * f for f in (0.7, 0.75, 0.8, 0.85, 0.85, 0.9, 0.95, 1.0)))
+    check = known_good.judge("NVIDIA H200", wide, host=host)
+    assert check.status == "marginal" and check.evidence["pct_interval"][0] < 85 < check.evidence["pct_interval"][1]
+    low = _windows(row, *(ratio * f for f in (0.6, 0.62, 0.63, 0.64, 0.65, 0.66, 0.67, 0.7)))
+    assert known_good.judge("NVIDIA H200", low, host=host).status == "fail"
+
+
+def test_a_host_bound_row_is_judged_only_on_a_comparable_quiet_host():
+    report = load_report(H200)
+    row = _row(report, "cifar10")
+    kg = known_good.lookup("NVIDIA H200", row)
+    assert kg is not None and kg.host_bound and kg.gpu_busy_pct is not None and kg.gpu_busy_pct < 80
+    slow = dataclasses.replace(row, value=row.value * 0.5, params=dict(row.params))
+    other = {**report.fingerprint["host"], "cpu": {"model": "AMD EPYC 9654", "threads": 32}}
+    check = known_good.judge("NVIDIA H200", slow, host=other)
+    assert check.status == "skip" and check.evidence["host_bound"]
+    assert "not the known-good's" in check.message and "AMD EPYC 9654, 32 threads" in check.message
+    same = report.fingerprint["host"]
+    assert known_good.judge("NVIDIA H200", slow, host=same).status == "fail"
+    contended = known_good.judge("NVIDIA H200", slow, host=same, contention="CPU pressure 61 % of the run")
+    assert contended.status == "skip" and "contended (CPU pressure 61 %" in contended.message
 
 
 def test_no_known_good_row_says_so():

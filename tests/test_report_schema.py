@@ -20,7 +20,7 @@ def test_schema_is_valid_draft_2020_12():
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["properties"]["schema"]["enum"] == ["gpulab.report/1", "gpulab.report/2"]
+    assert schema["properties"]["schema"]["enum"] == ["gpulab.report/1", "gpulab.report/2", "gpulab.report/3"]
 
 
 def test_full_fingerprint_validates():

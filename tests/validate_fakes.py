@@ -4,7 +4,8 @@ The two GPUs are the first two of the captured 4x H200, and every launcher the s
 rows use is replaced by a fake that returns a row at once and appends the call to the JSON-lines file named by
 GPULAB_FAKE_CALLS. GPULAB_FAKE_ORDER=reverse runs the selected tests in reverse order.
 
-One GPU runs at 100 samples/s and N GPUs at N x 100, so every scaling row is 100 % efficient.
+One GPU runs at 100 samples/s and N GPUs at N x 100, so every scaling row is 100 % efficient; each row has 8 timed
+windows within +-1 % of its value, as a real launcher records them.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import Any
 import pytest
 
 from gpulab.hw.discover import fingerprint
+from gpulab.report import spread
 from gpulab.report.model import Result
 from gpulab.workloads.base import RunConfig
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200x4-firecracker"
 ONE_GPU = 100.0
+JITTER = (-0.01, 0.004, -0.002, 0.008, 0.0, -0.006, 0.01, 0.002)  # the windows' deviation from the row's value
 
 
 def _log(launcher: str, framework: str, cfg: RunConfig, n: int) -> None:
@@ -45,6 +48,7 @@ def _row(launcher: str, framework: str, cfg: RunConfig, n: int, value: float, se
         device="cpu" if on_cpu else (devices[0] if n == 1 else None),
         devices=devices,
         seconds=seconds,
+        spread=spread.of_windows([value * (1 + d) for d in JITTER], "samples/s"),
     )
 
 
@@ -66,6 +70,10 @@ def fake_tf_gpu(cfg: RunConfig, index: int = 0, **_: Any) -> Result:
 
 def fake_ddp(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
     return _row("ddp", "torch", cfg, gpus, ONE_GPU * gpus)
+
+
+def fake_ddp_pair(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> tuple[Result, Result]:
+    return _row("ddp", "torch", cfg, 1, ONE_GPU), _row("ddp", "torch", cfg, gpus, ONE_GPU * gpus)
 
 
 def fake_dataparallel(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
@@ -90,11 +98,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     fakes = {
         gpulab.launch.local: {"run_cpu": fake_cpu, "run_gpu": fake_gpu, "run_dataparallel": fake_dataparallel},
-        gpulab.launch.ddp: {"run_ddp": fake_ddp},
+        gpulab.launch.ddp: {"run_ddp": fake_ddp, "run_ddp_pair": fake_ddp_pair},
         gpulab.launch: {
             "run_cpu": fake_cpu,
             "run_gpu": fake_gpu,
             "run_ddp": fake_ddp,
+            "run_ddp_pair": fake_ddp_pair,
             "run_dataparallel": fake_dataparallel,
             "run_sweep": fake_sweep,
         },

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from gpulab.validation import known_good, verdicts
+from gpulab.validation import known_good, remeasure, verdicts
+from gpulab.validation.baselines import measure_on_first_gpu
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedup_config
 
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
@@ -34,6 +35,13 @@ def test_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, worklo
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 def test_gpu_against_known_good(lab, verdict, one_gpu_baseline, workload, workload_size):
     """The one-GPU row against the known-good row of this GPU model (gpulab/validation/known_good.json)."""
-    result = one_gpu_baseline(speedup_config(workload, workload_size, plan=lab.precision_plan))
+    cfg = speedup_config(workload, workload_size, plan=lab.precision_plan)
+    result = one_gpu_baseline(cfg)
     lab.report.add_threshold(known_good.BOUND)
-    verdict(known_good.judge(lab.gpus[0].name if lab.gpus else None, result))
+
+    def judge():
+        model = lab.gpus[0].name if lab.gpus else None
+        host = lab.report.fingerprint.get("host")
+        return known_good.judge(model, result, host=host, contention=lab.host_contention())
+
+    verdict(remeasure.settle(judge, lambda: remeasure.merge_into(result, measure_on_first_gpu(cfg, "torch"))))

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from gpulab.checks import health
+from gpulab.report import spread
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirrored_floor, speedup_config
 
@@ -51,4 +52,5 @@ def test_tf_mirrored_scaling(lab, verdict, one_gpu_baseline, workload, workload_
     lab.record_result(result)
     name = f"scaling.tf_mirrored[{workload},{n}]"
     label = f"TensorFlow {workload} MirroredStrategy: {result.value:.4g} {result.unit} on {n} GPUs vs {one.value:.4g}"
-    verdict(verdicts.efficiency(lab, name, label, result.value / one.value, n, mirrored_floor(lab.nvlink)))
+    eff = spread.of_ratio(spread.windows_of(result), spread.windows_of(one), 1 / n, "fraction")
+    verdict(verdicts.efficiency(lab, name, label, eff, n, mirrored_floor(lab.nvlink), result))

@@ -13,6 +13,7 @@ This module imports nothing heavy (no torch, no TensorFlow): the command line an
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpulab.errors import GpulabError
@@ -77,7 +78,11 @@ class ProbeSize:
     matmul_iters: int = 10
     copy_mib: int = 1024
     copy_iters: int = 10
-    repeats: int = 3
+    repeats: int = 5  # timed batches: the figure's windows (5 give a 90 % interval of the median)
+
+    def again(self, factor: int = 2) -> ProbeSize:
+        """The same probe with `factor` times the timed batches (a re-measure: more windows)."""
+        return dataclasses.replace(self, repeats=self.repeats * factor)
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,7 @@ _TIERS = (
         "standard",
         "minutes: probes, speedups and scaling at the standard size",
         "standard",
-        ProbeSize(matmul_iters=50, copy_mib=2048, copy_iters=20, repeats=5),
+        ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
         256,
         "256M",
         2,
@@ -108,7 +113,7 @@ _TIERS = (
         "full",
         "about an hour: the workloads at the studies' size, DCGM's long diagnostic",
         "full",
-        ProbeSize(matmul_iters=50, copy_mib=2048, copy_iters=20, repeats=5),
+        ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
         256,
         "256M",
         3,

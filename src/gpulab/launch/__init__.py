@@ -15,7 +15,7 @@ rate when asked, the threads, the workload's own facts and, on GPUs, an NVML tel
 """
 
 from gpulab.launch.common import BatchPlan, plan_batch
-from gpulab.launch.ddp import run_ddp
+from gpulab.launch.ddp import run_ddp, run_ddp_pair
 from gpulab.launch.dispatch import start
 from gpulab.launch.local import run_cpu, run_dataparallel, run_gpu
 from gpulab.launch.spec import Launch
@@ -28,6 +28,7 @@ __all__ = [
     "run_cpu",
     "run_dataparallel",
     "run_ddp",
+    "run_ddp_pair",
     "run_gpu",
     "run_sweep",
     "start",

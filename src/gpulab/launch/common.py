@@ -25,6 +25,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.launch.progress import Tracker
 from gpulab.names import BATCH_POLICIES
+from gpulab.report import spread
 from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.report.model import Result, TelemetrySummary
 from gpulab.workloads.base import RunConfig, Session
@@ -329,6 +330,25 @@ class LoopTiming:
     loss_finite: bool | None
     first_loss: float | None = None  # the first step's loss (warm-up included): with `loss`, is it learning?
     warmup_peak_mib: list[float] | None = None  # per CUDA device: peak allocated in the warm-up (autotuner trials)
+    # The timed steps in windows, each ended by a synchronisation: seconds and steps of each (gpulab.report.spread)
+    window_seconds: list[float] = dataclasses.field(default_factory=list)
+    window_steps: list[int] = dataclasses.field(default_factory=list)
+
+    def window_rates(self, samples_per_step: int) -> list[float]:
+        """Samples/s of each window (this process)."""
+        return [samples_per_step * k / t for k, t in zip(self.window_steps, self.window_seconds, strict=True) if t > 0]
+
+
+# The timed steps are split into this many windows (fewer when there are fewer steps): the spread of a figure
+# comes from its windows, and 8 give a 90 % interval of the median between the 2nd and 7th of them.
+WINDOWS = 8
+
+
+def window_sizes(steps: int, windows: int = WINDOWS) -> list[int]:
+    """`steps` split into min(steps, windows) windows of near-equal length."""
+    count = max(1, min(steps, windows))
+    base, extra = divmod(steps, count)
+    return [base + (1 if k < extra else 0) for k in range(count)]
 
 
 def loss_value(loss: Any) -> float | None:
@@ -356,8 +376,10 @@ def timed_loop(
     barrier: Callable[[], None] | None = None,
     before_timed: Callable[[], None] | None = None,
     losses: list[Any] | None = None,
+    windows: int = WINDOWS,
 ) -> LoopTiming:
-    """Warm up, then time `session.steps` steps with synchronisation only at the two ends.
+    """Warm up, then time `session.steps` steps in `windows` windows, synchronised (and with `barrier`, aligned
+    across processes) at the end of each: the run's figure is the median of the windows' rates.
 
     With `losses`, every step's loss (warm-up included) is appended to it as the step returns it, unread: the
     caller reads the curve after the clock stopped (a study's convergence record)."""
@@ -379,15 +401,22 @@ def timed_loop(
     start = time.perf_counter()
     steps = int(session.steps)
     tracker = Tracker("timed", steps, int(session.samples_per_step))
-    for k in range(steps):
-        loss = session.step()
-        first = loss if first is None else first  # a reference only: read after the clock stops
-        if losses is not None:
-            losses.append(loss)
-        tracker.step(k + 1)
-    sync(devices)
-    if barrier is not None:
-        barrier()
+    window_seconds: list[float] = []
+    sizes = window_sizes(steps, windows)
+    done = 0
+    for size in sizes:
+        window_start = time.perf_counter()
+        for _ in range(size):
+            loss = session.step()
+            first = loss if first is None else first  # a reference only: read after the clock stops
+            if losses is not None:
+                losses.append(loss)
+            done += 1
+            tracker.step(done)
+        sync(devices)  # each window ends when its work is done, not when it was queued
+        if barrier is not None:
+            barrier()
+        window_seconds.append(time.perf_counter() - window_start)
     seconds = time.perf_counter() - start
     wall_end = time.time()
     final_loss, finite, first_loss = loss_facts(loss_value(loss), loss_value(first))
@@ -401,6 +430,8 @@ def timed_loop(
         loss_finite=finite,
         first_loss=first_loss,
         warmup_peak_mib=warmup_peak,
+        window_seconds=window_seconds,
+        window_steps=sizes,
     )
 
 
@@ -478,16 +509,20 @@ def make_result(
     params: dict[str, Any],
     telemetry: TelemetrySummary | None = None,
     framework: str = names.DEFAULT_FRAMEWORK,
+    window_rates: Sequence[float] = (),
 ) -> Result:
+    """The run's row. With `window_rates` (samples/s of each timed window) its value is their median and its
+    spread their interval; without, samples / seconds (a loop timed as one window)."""
     if seconds <= 0:
         raise GpulabError(f"{cfg.workload}: the timed loop took no measurable time; run more --steps")
+    figure = spread.of_windows(window_rates, "samples/s") if window_rates else None
     return Result(
         workload=cfg.workload,
         framework=framework,
         launcher=launcher,
         n=n,
         precision=cfg.precision,
-        value=samples / seconds,
+        value=figure.median if figure else samples / seconds,
         unit="samples/s",
         device=device,
         devices=devices,
@@ -496,6 +531,7 @@ def make_result(
         iterations=steps,
         params=params,
         telemetry=telemetry,
+        spread=figure,
     )
 
 

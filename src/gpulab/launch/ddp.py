@@ -13,6 +13,8 @@ bug); such a run is retried once.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -30,7 +32,7 @@ from gpulab.launch.common import (
 )
 from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.report.model import Result
+from gpulab.report.model import Result, TelemetrySummary
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 
@@ -151,4 +153,105 @@ def run_ddp(
         device=None,
         params=run_params(cfg, plan, data["info"], data["finish"], timing, **extra),
         telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler is not None else None,
+        window_rates=rank_window_rates(ranks),
+    )
+
+
+def rank_window_rates(ranks: list[dict[str, Any]]) -> list[float]:
+    """Samples/s of each timed window over all ranks: every rank's samples over the slowest rank's seconds (the
+    ranks end each window at a barrier, so their windows line up)."""
+    seconds = [r.get("window_seconds") or [] for r in ranks]
+    steps = ranks[0].get("window_steps") or []
+    if not steps or any(len(s) != len(steps) for s in seconds):
+        return []
+    rates = []
+    for w, k in enumerate(steps):
+        slowest = max(s[w] for s in seconds)
+        if slowest > 0:
+            rates.append(sum(int(r["samples_per_step"]) for r in ranks) * k / slowest)
+    return rates
+
+
+def run_ddp_pair(
+    cfg: RunConfig,
+    nprocs: int,
+    *,
+    backend: str | None = None,
+    threads: int = 1,
+    builder: str | None = None,
+    windows: int | None = None,
+    timeout_s: float = 3600.0,
+    telemetry: bool = True,
+) -> tuple[Result, Result]:
+    """DDP on one GPU and on `nprocs` GPUs in one job, windows interleaved (gpulab.launch.ddp_worker._paired_main):
+    (one-GPU row, N-GPU row), each with the spread of its windows. Both sides paid the same start-up and warm-up."""
+    check_config(cfg, builder)
+    backend = ddp_backend(nprocs, backend, threads)
+    plan = plan_batch(cfg, nprocs, "per_device", False)
+    extra = {"paired": True, **({"windows": windows} if windows else {})}
+    message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend, extra=extra)
+    data, sampler = run_ddp_workers(
+        message, nprocs, what="DDP 1 vs N", prefix="gpulab-ddp-pair-", telemetry=telemetry, timeout_s=timeout_s
+    )
+    ranks = sorted(data["ranks"], key=lambda r: r["rank"])
+    per_device = int(ranks[0]["samples_per_step"])
+    plan = plan.resolved(per_device)
+    steps = [int(k) for k in data["window_steps"]]
+    tel = sampler.summary(data["wall_start"], data["wall_end"]) if sampler is not None else None
+    rows = []
+    for n, seconds, loss, devices in (
+        (1, data["solo_seconds"], data["solo_loss"], [ranks[0]["device"]]),
+        (nprocs, data["many_seconds"], data["many_loss"], [r["device"] for r in ranks]),
+    ):
+        rates = [per_device * len(devices) * k / t for k, t in zip(steps, seconds, strict=True) if t > 0]
+        finite = loss is not None and math.isfinite(loss)
+        timing = LoopTiming(
+            seconds=sum(seconds),
+            steps=sum(steps),
+            samples=per_device * len(devices) * sum(steps),
+            wall_start=data["wall_start"],
+            wall_end=data["wall_end"],
+            loss=loss if finite else None,
+            loss_finite=finite if loss is not None else None,
+        )
+        params = run_params(
+            cfg,
+            plan,
+            data["info"],
+            data["finish"],
+            timing,
+            backend=data["backend"],
+            world=n,
+            threads=data["threads"],
+            interleaved=f"one-GPU and {nprocs}-GPU windows alternated in one job (ABBA)",
+            max_memory_allocated_mib=data.get("max_memory_allocated_mib"),
+        )
+        rows.append(
+            make_result(
+                cfg,
+                launcher="ddp",
+                n=n,
+                samples=timing.samples,
+                seconds=timing.seconds,
+                steps=timing.steps,
+                batch=per_device,
+                devices=devices,
+                device=None,
+                params=params,
+                telemetry=_telemetry_of(tel, len(devices)),
+                window_rates=rates,
+            )
+        )
+    return rows[0], rows[1]
+
+
+def _telemetry_of(tel: TelemetrySummary | None, count: int) -> TelemetrySummary | None:
+    """The job's telemetry restricted to the row's first `count` GPUs (the one-GPU row: rank 0's)."""
+    if tel is None:
+        return None
+    keep = {g.get("index") for g in tel.per_gpu[:count]}
+    return dataclasses.replace(
+        tel,
+        per_gpu=[g for g in tel.per_gpu if g.get("index") in keep] or tel.per_gpu,
+        timeline=[p for p in tel.timeline if p.get("index") in keep] or tel.timeline,
     )

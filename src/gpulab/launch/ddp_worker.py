@@ -12,13 +12,26 @@ while DDP broadcasts rank 0's initial weights to all. Rank 0 writes the result a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import memory_params, resolve_builder, set_cuda_flags, timed_loop, write_json_atomic
+from gpulab.launch.common import (
+    WINDOWS,
+    loss_value,
+    memory_params,
+    memory_peaks_mib,
+    resolve_builder,
+    set_cuda_flags,
+    sync,
+    timed_loop,
+    window_sizes,
+    write_json_atomic,
+)
 from gpulab.launch.spec import WorkerMessage
 
 PG_TIMEOUT_S = 1800.0  # a collective that waits longer than this is stuck
@@ -68,6 +81,10 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         def barrier() -> None:
             dist.barrier()
 
+    if message.extra.get("paired"):
+        _paired_main(message, session, rank_cfg, device, local_rank, barrier, out)
+        dist.destroy_process_group()
+        return
     timing = timed_loop(session, cfg.warmup, [device], barrier=barrier)
     finish = session.finish() or {}
     mine = {
@@ -80,6 +97,8 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         "loss_finite": timing.loss_finite,
         "first_loss": timing.first_loss,
         "memory": memory_params([device], timing),
+        "window_seconds": timing.window_seconds,
+        "window_steps": timing.window_steps,
     }
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
@@ -97,6 +116,97 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         }
         write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
     dist.destroy_process_group()
+
+
+def _paired_main(
+    message: WorkerMessage,
+    session: Any,
+    rank_cfg: Any,
+    device: str,
+    local_rank: int,
+    barrier: Callable[[], None],
+    out: Path,
+) -> None:
+    """One GPU and every GPU measured in one job, their windows interleaved (scaling's 1 vs N).
+
+    Rank 0 also builds the same workload as DDP over a group of itself alone: the one-GPU side runs DDP too (so
+    efficiency measures scaling, not DDP's own overhead), in the same process, after the same start-up, compile and
+    warm-up as the N-GPU side. Windows alternate ABBA (N, 1, 1, N, ...) so that drift of the clocks, the host or
+    the temperature falls on both sides; while rank 0 times a one-GPU window, the other ranks wait at a barrier.
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    on_gpu = device.startswith("cuda")
+    alone = dist.new_group([0])  # every rank takes part in creating it
+    solo = None
+    if rank == 0:
+        solo_cfg = dataclasses.replace(rank_cfg, seed=message.run.seed)
+        solo = resolve_builder(message.builder)(solo_cfg, device)
+
+        def wrap_alone(model: Any) -> Any:
+            return DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None, process_group=alone)
+
+        solo.wrap(wrap_alone)
+    warmup = message.run.warmup
+    for _ in range(warmup):
+        session.step()
+    sync([device])
+    barrier()
+    if solo is not None:
+        for _ in range(warmup):
+            solo.step()
+        sync([device])
+    barrier()
+    sizes = window_sizes(int(session.steps), int(message.extra.get("windows") or WINDOWS))
+    many_s: list[float] = []
+    solo_s: list[float] = []
+    wall_start = time.time()
+    many_loss = solo_loss = None
+    for k, size in enumerate(sizes):
+        for side in ("many", "solo") if k % 2 == 0 else ("solo", "many"):
+            barrier()
+            start = time.perf_counter()
+            if side == "many":
+                for _ in range(size):
+                    many_loss = session.step()
+                sync([device])
+                barrier()  # the window lasts until the slowest rank is done
+                many_s.append(time.perf_counter() - start)
+            else:
+                if solo is not None:
+                    for _ in range(size):
+                        solo_loss = solo.step()
+                    sync([device])
+                    solo_s.append(time.perf_counter() - start)
+                barrier()
+    wall_end = time.time()
+    finish = session.finish() or {}
+    per_device = int(session.samples_per_step)
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, {"rank": rank, "device": device, "samples_per_step": per_device})
+    if rank == 0:
+        payload = {
+            "world": world,
+            "backend": message.comm_backend or "gloo",
+            "ranks": gathered,
+            "window_steps": sizes,
+            "many_seconds": many_s,
+            "solo_seconds": solo_s,
+            "many_loss": loss_value(many_loss),
+            "solo_loss": loss_value(solo_loss),
+            "wall_start": wall_start,
+            "wall_end": wall_end,
+            "info": session.info,
+            "finish": finish,
+            "threads": torch.get_num_threads(),
+            "max_memory_allocated_mib": memory_peaks_mib([device]) if on_gpu else None,
+        }
+        write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
 
 
 def _epochs_main(message: WorkerMessage, device: str, local_rank: int, out: Path) -> None:

@@ -105,6 +105,7 @@ def run_cpu(
         devices=["cpu"],
         device="cpu",
         params=run_params(cfg, plan, session.info, finish, timing, threads=used),
+        window_rates=timing.window_rates(int(session.samples_per_step)),
     )
 
 
@@ -154,6 +155,7 @@ def run_gpu(
         device=device,
         params=run_params(cfg, plan, session.info, finish, timing, **extra),
         telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler else None,
+        window_rates=timing.window_rates(int(session.samples_per_step)),
     )
 
 
@@ -244,4 +246,5 @@ def run_dataparallel(
         device=None,
         params=run_params(cfg, plan, session.info, finish, timing, **extra),
         telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler else None,
+        window_rates=timing.window_rates(int(session.samples_per_step)),
     )

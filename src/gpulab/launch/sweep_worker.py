@@ -51,6 +51,7 @@ def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir:
         devices=[label],
         device=label,
         params=run_params(cfg, plan, session.info, finish, timing, **extra),
+        window_rates=timing.window_rates(int(session.samples_per_step)),
     )
     TimedResult(result, timing.wall_start, timing.wall_end).write(out)
 

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import write_json_atomic
+from gpulab.launch.common import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
 from gpulab.report.model import Result
+from gpulab.report.spread import of_windows
 
 
 def _cuda() -> bool:
@@ -51,12 +52,16 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
     for _ in range(3):
         dist.all_reduce(buf)
     sync()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(buf)
-    sync()
-    per_iter = (time.perf_counter() - start) / iters
+    windows: list[float] = []  # seconds per all-reduce of each window, ended by a barrier (the slowest rank's)
+    for size in window_sizes(iters):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(size):
+            dist.all_reduce(buf)
+        sync()
+        dist.barrier()
+        windows.append((time.perf_counter() - start) / size)
+    per_iter = sorted(windows)[len(windows) // 2]
     # Every rank must agree: a sum of ones over `world` ranks, applied (3 + iters) times, grows as world**k.
     # Reset and check one reduction so a broken transport cannot report a fast, wrong result.
     buf.fill_(1.0)
@@ -77,6 +82,7 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
             "algbw_gbs": algbw,
             "busbw_gbs": bus_bandwidth(algbw, world),
             "correct": correct,
+            "window_seconds_per_iter": windows,
             "devices": [f"cuda:{i}" for i in range(world)] if use_cuda else ["cpu"] * world,
         }
         write_json_atomic(out, payload)
@@ -98,13 +104,18 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
             backend="nccl" if _cuda() else "gloo",
             timeout_s=timeout_s,
         )
+    per_window = [t for t in data.get("window_seconds_per_iter") or [] if t > 0]
+    world = int(data["world"])
+    figure = (
+        of_windows([bus_bandwidth(data["bytes"] / t / 1e9, world) for t in per_window], "GB/s") if per_window else None
+    )
     return Result(
         workload="allreduce",
         framework="torch",
         launcher="nccl" if data["backend"] == "nccl" else "gloo",
         n=data["world"],
         precision="fp32",
-        value=data["busbw_gbs"],
+        value=figure.median if figure else data["busbw_gbs"],
         unit="GB/s",
         devices=data["devices"],
         seconds=data["seconds_per_iter"] * data["iters"],
@@ -115,6 +126,7 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
             "metric": "bus bandwidth",
             "correct": data["correct"],
         },
+        spread=figure,
     )
 
 

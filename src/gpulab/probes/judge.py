@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from gpulab import names
 from gpulab.compat import GpuSpec
 from gpulab.hw.model import GpuInfo
+from gpulab.report import spread
 from gpulab.report.model import Check, Result, Threshold
 
 # PCIe usable GB/s per lane and direction after line coding (8b/10b up to gen2, 128b/130b for gen3-5,
@@ -134,8 +135,23 @@ def check(result: Result, exp: Expectation | None, what: str) -> Check:
         return Check(name, "pass", f"{shown} (no spec figure to judge against)", evidence)
     bound = exp.threshold
     evidence["min_pct"] = bound.value
+    figure = result.spread
+    pct = spread.scaled(figure, 100 / exp.spec_value, "%") if figure else None
+    where_pct = spread.position(pct, bound.value) if pct else None
+    if figure is not None and pct is not None:
+        evidence["pct_interval"] = [round(pct.low, 2), round(pct.high, 2)]
+        evidence["windows"] = len(pct.windows)
+        shown = f"{what} on {where}: {spread.text(figure, lambda v: f'{v:.1f}')} {result.unit}"
     message = f"{shown} = {result.pct_of_spec:.0f} % of {exp.spec_value:g} ({exp.spec_label}); bound {bound.value:g} %"
-    if result.pct_of_spec >= bound.value:
+    if where_pct == "straddles":
+        return Check(
+            name,
+            "marginal",
+            f"{message}: its interval {pct.low:.0f}–{pct.high:.0f} % straddles the bound",  # type: ignore[union-attr]
+            evidence,
+            threshold=bound.name,
+        )
+    if where_pct == "above" or (where_pct is None and result.pct_of_spec >= bound.value):
         return Check(name, "pass", message, evidence, threshold=bound.name)
     causes = CAUSES.get(result.workload, "see the GPU health checks")
     return Check(name, "fail", f"{message}. Likely causes: {causes}", evidence, threshold=bound.name)

@@ -14,11 +14,12 @@ from typing import Any
 
 from gpulab import names
 from gpulab.names import ProbeSize
-from gpulab.report.model import Result
+from gpulab.report.model import Result, Spread
+from gpulab.report.spread import of_windows
 from gpulab.workloads.torch_precision import dtype_for, tf32_mode
 
 QUICK = names.tier("quick").probe  # the default; each tier's size is in gpulab.names
-CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=3, copy_mib=256, copy_iters=3, repeats=3)
+CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=2, copy_mib=256, copy_iters=2, repeats=5)
 
 
 def _sync(device: str) -> None:
@@ -35,9 +36,15 @@ class Timing:
     seconds: float  # timed seconds in all
     repeats: int = 1  # timed batches
     spread_pct: float = 0.0  # (slowest - fastest) / median batch, in %: the noise a comparison allows for
+    batch_seconds: tuple[float, ...] = ()  # seconds per call of each timed batch: the figure's windows
 
     def params(self) -> dict[str, Any]:
         return {"repeats": self.repeats, "repeat_spread_pct": round(self.spread_pct, 2)}
+
+    def spread(self, work: float, unit: str) -> Spread | None:
+        """The figure `work / seconds per call` of each batch as windows, with the interval of their median."""
+        rates = [work / t for t in self.batch_seconds if t > 0]
+        return of_windows(rates, unit) if rates else None
 
 
 def time_per_iteration(
@@ -68,7 +75,14 @@ def time_per_iteration(
         samples.append((time.perf_counter() - start) / batch)
     median = statistics.median(samples)
     spread = (max(samples) - min(samples)) / median * 100 if median > 0 else 0.0
-    return Timing(median, calls=batch * repeats, seconds=sum(samples) * batch, repeats=repeats, spread_pct=spread)
+    return Timing(
+        median,
+        calls=batch * repeats,
+        seconds=sum(samples) * batch,
+        repeats=repeats,
+        spread_pct=spread,
+        batch_seconds=tuple(samples),
+    )
 
 
 def _launcher(device: str) -> str:
@@ -92,19 +106,21 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
     with tf32_mode(names.precision(precision).tf32):
         timing = time_per_iteration(lambda: a @ b, device, size.matmul_iters, size.repeats)
     cpu = not device.startswith("cuda")
+    figure = timing.spread(2 * n**3 / 1e12, "TFLOP/s")
     return Result(
         workload="matmul",
         framework="torch",
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision=precision,
-        value=2 * n**3 / timing.per_call / 1e12,
+        value=figure.median if figure else 2 * n**3 / timing.per_call / 1e12,
         unit="TFLOP/s",
         device=device,
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
         params={"n": n, "dtype": str(dtype_for(precision)).removeprefix("torch."), **timing.params()},
+        spread=figure,
     )
 
 
@@ -117,19 +133,21 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
     dst = torch.empty_like(src)
     timing = time_per_iteration(lambda: dst.copy_(src), device, size.copy_iters, size.repeats)
     cpu = not device.startswith("cuda")
+    figure = timing.spread(2 * nbytes / 1e9, "GB/s")
     return Result(
         workload="copy_d2d" if not cpu else "copy_host",
         framework="torch",
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision=names.NO_PRECISION,
-        value=2 * nbytes / timing.per_call / 1e9,
+        value=figure.median if figure else 2 * nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
         params={"bytes": nbytes, "counts": "read+write", **timing.params()},
+        spread=figure,
     )
 
 
@@ -146,19 +164,21 @@ def host_transfer(device: str, direction: str, size: ProbeSize = QUICK) -> Resul
         timing = time_per_iteration(lambda: dev.copy_(host, non_blocking=True), device, size.copy_iters, size.repeats)
     else:
         timing = time_per_iteration(lambda: host.copy_(dev, non_blocking=True), device, size.copy_iters, size.repeats)
+    figure = timing.spread(nbytes / 1e9, "GB/s")
     return Result(
         workload=f"{direction}_pinned",
         framework="torch",
         launcher="gpu",
         n=1,
         precision=names.NO_PRECISION,
-        value=nbytes / timing.per_call / 1e9,
+        value=figure.median if figure else nbytes / timing.per_call / 1e9,
         unit="GB/s",
         device=device,
         devices=[device],
         seconds=timing.seconds,
         iterations=timing.calls,
         params={"bytes": nbytes, "pinned": True, **timing.params()},
+        spread=figure,
     )
 
 

@@ -38,6 +38,7 @@ from gpulab.report.views import (
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
+    marginal_checks,
     overview_rows,
     page_title,
     result_row,
@@ -68,7 +69,7 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f4f6f8}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.pass{color:#2e7d32;font-weight:600}.fail,.error{color:#c62828;font-weight:600}.skip{color:#777}
+.pass{color:#2e7d32;font-weight:600}.fail,.error{color:#c62828;font-weight:600}.marginal{color:#b26a00;font-weight:600}.skip{color:#777}
 .banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem 1rem}
 .counts span{margin-right:1rem}
 nav.toc{background:#f4f6f8;padding:.5rem 1rem;font-size:.9rem;display:flex;flex-wrap:wrap;gap:.2rem .9rem}
@@ -144,7 +145,7 @@ def _html_failure(report: Report, c: Check) -> str:
 def _html_failures(report: Report) -> str:
     if not report.checks:
         return ""
-    failures = failed_checks(report)
+    failures = marginal_checks(report) + failed_checks(report)
     if not failures:
         return '<p class="note">No check failed or errored.</p>'
     return "".join(_html_failure(report, c) for c in failures)

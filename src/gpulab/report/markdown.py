@@ -23,6 +23,7 @@ from gpulab.report.views import (
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
+    marginal_checks,
     overview_rows,
     page_title,
     result_row,
@@ -62,7 +63,7 @@ def _md_verdict(report: Report) -> list[str]:
 def _md_failures(report: Report) -> list[str]:
     if not report.checks:
         return []
-    failures = failed_checks(report)
+    failures = marginal_checks(report) + failed_checks(report)
     if not failures:
         return ["## Failures", "", "No check failed or errored.", ""]
     out = ["## Failures", ""]

@@ -15,12 +15,28 @@ from typing import Any, Literal
 from gpulab import __version__
 from gpulab.names import DEFAULT_TIER
 
-SCHEMA_ID = "gpulab.report/2"
-# Versions this gpulab reads: /1 is /2 without `host_load` (a /1 report is read as a /2 one with none recorded).
-READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", SCHEMA_ID)
+SCHEMA_ID = "gpulab.report/3"
+# Versions this gpulab reads: /1 is /2 without `host_load`; /2 is /3 without spreads (a timed figure's windows and
+# interval) and without the "marginal" status. An older report is read as a /3 one with none of these recorded.
+READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", "gpulab.report/2", SCHEMA_ID)
 
-Status = Literal["pass", "fail", "skip", "error"]
-STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "error")
+# "marginal": the figure's interval still straddled its bound after a re-measure with more windows: neither shown
+# below it (fail) nor above it (pass). It never fails the run (exit status 0) but is listed first.
+Status = Literal["pass", "fail", "skip", "error", "marginal"]
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "error", "marginal")
+
+
+@dataclass
+class Spread:
+    """A timed figure as its windows (each a rate in `unit`), their median and an interval of the median."""
+
+    windows: list[float]
+    median: float
+    low: float
+    high: float
+    confidence: float  # the interval's coverage: 0.9, or what the range of a few windows reaches
+    method: str  # "order statistics" | "bootstrap" | "range"
+    unit: str = ""
 
 
 @dataclass
@@ -74,6 +90,7 @@ class Result:
     pct_of_spec: float | None = None
     params: dict[str, Any] = field(default_factory=dict)  # size, threads, data source, weights...
     telemetry: TelemetrySummary | None = None
+    spread: Spread | None = None  # the timed windows (value is their median); None: one window (older reports)
 
     def series(self) -> str:
         """The workload as rows are grouped: epoch training ("mnist (epochs)") apart from timed steps ("mnist"),
@@ -106,6 +123,7 @@ class Scaling:
     efficiency: float  # speedup / n
     expected: float | None = None  # expected efficiency
     expected_source: str | None = None
+    spread: Spread | None = None  # the efficiency's interval (both sides' windows), when they were measured so
 
 
 @dataclass
@@ -144,7 +162,7 @@ class Report:
             speedups=[
                 Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])
             ],
-            scaling=[Scaling(**s) for s in d.get("scaling", [])],
+            scaling=[scaling_from_dict(s) for s in d.get("scaling", [])],
             thresholds=[Threshold(**t) for t in d.get("thresholds", [])],
             created=d["created"],
             gpulab_version=d["gpulab_version"],
@@ -163,8 +181,19 @@ class Report:
         return threshold.name
 
 
+def spread_from_dict(data: dict[str, Any] | None) -> Spread | None:
+    return Spread(**data) if data else None
+
+
 def result_from_dict(data: dict[str, Any]) -> Result:
     """A Result from its `asdict` form (a report row, or a child process's JSON)."""
     d = dict(data)
     tel = d.pop("telemetry", None)
-    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None)
+    spread = spread_from_dict(d.pop("spread", None))
+    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None, spread=spread)
+
+
+def scaling_from_dict(data: dict[str, Any]) -> Scaling:
+    d = dict(data)
+    interval = spread_from_dict(d.pop("spread", None))
+    return Scaling(**d, spread=interval)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpulab.names import MULTI_GPU_LAUNCHERS
+from gpulab.report import spread
 from gpulab.report.model import Result, Scaling, Speedup
 
 SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
@@ -117,6 +118,9 @@ def scaling(results: Iterable[Result], expected: Mapping[str, Any] | None = None
         workload, framework, precision, _unit = group
         speedup = row.value / base.value
         eff, source = _expected(expected, workload, launcher, n)
+        interval = None
+        if row.spread is not None and base.spread is not None:
+            interval = spread.of_ratio(row.spread.windows, base.spread.windows, 1 / n, "fraction")
         out.append(
             Scaling(
                 workload=workload,
@@ -129,6 +133,7 @@ def scaling(results: Iterable[Result], expected: Mapping[str, Any] | None = None
                 efficiency=speedup / n,
                 expected=eff,
                 expected_source=source,
+                spread=interval,
             )
         )
     return out

@@ -271,6 +271,17 @@ def failed_checks(report: Report) -> list[Check]:
     return [c for c in report.checks if c.status in ("fail", "error")]
 
 
+def marginal_checks(report: Report) -> list[Check]:
+    """Checks whose interval still straddled the bound after a re-measure: neither failed nor passed, listed first."""
+    return [c for c in report.checks if c.status == "marginal"]
+
+
+MARGINAL_ADVICE = (
+    "the interval of the figure straddled its bound twice: run again on a quiet machine with longer windows "
+    "(--tier full), or compare with the last report (gpulab compare) before acting"
+)
+
+
 # --- front page: the verdict, what failed and why, the key figures -----------------------------------
 
 VERDICT_WORDS = {
@@ -358,6 +369,9 @@ def verdict_text(report: Report) -> str:
     counts = status_counts(report.checks)
     bad = counts["fail"] + counts["error"]
     lead = f"{bad} of {len(report.checks)} checks failed" if bad else f"{counts['pass']} checks passed"
+    if counts["marginal"]:
+        names = ", ".join(c.name for c in marginal_checks(report))
+        lead += f", {counts['marginal']} marginal ({names})"
     if verdict(report) == "inconclusive":
         lead = inconclusive_text(report)
     text = f"{word}: {lead} ({counts_text(report.checks)})"
@@ -412,6 +426,8 @@ def evidence_text(evidence: dict[str, Any]) -> str | None:
 
 def failure_facts(report: Report, check: Check) -> list[tuple[str, str]]:
     facts = [("Threshold", threshold_text(report, check.threshold)), ("Evidence", evidence_text(check.evidence))]
+    if check.status == "marginal":
+        facts.append(("What to do", MARGINAL_ADVICE))
     return [(label, text) for label, text in facts if text]
 
 

@@ -41,6 +41,14 @@ class ScalingPlan:
     precision: str
     channels_last: bool
     threshold: Threshold | None  # None: measured for comparison only (DataParallel)
+    batch: int | None = None  # the per-GPU batch the threshold was measured at (None: the size's own)
+    steps: int | None = None  # timed steps per side (None: the size's own)
+
+
+# The per-GPU batch the DDP floor's source measured (256/GPU): at 128/GPU and 100 steps the same machine's windows
+# spread by +-7 %, and a healthy pair fell below the floor. 48 timed steps a side, in 8 interleaved windows each.
+DDP_BOUND_BATCH = 256
+DDP_STEPS = 48
 
 
 def scaling_plans(nvlink: bool, plan: PrecisionPlan | None = None) -> list[ScalingPlan]:
@@ -60,6 +68,8 @@ def scaling_plans(nvlink: bool, plan: PrecisionPlan | None = None) -> list[Scali
                 source="plain DDP script, ResNet50 bf16 256/GPU, 4x H200 NVLink: 18277 vs 4 x 4588 img/s (99.6 %)",
                 basis=f"{ddp_floor:.0%} floor " + ("with NVLink" if nvlink else "over PCIe (gradients cross the host)"),
             ),
+            batch=DDP_BOUND_BATCH,
+            steps=DDP_STEPS,
         ),
         ScalingPlan("resnet50", "dataparallel", resnet.precision, resnet.channels_last, None),
         ScalingPlan(

@@ -2,7 +2,14 @@
 
 A workload row (samples/s of a training run) has no datasheet figure to be judged against; the known-good row of
 the same GPU model, workload, framework, launcher, device count, precision, size, layout and batch gives it one:
-a healthy machine reaches at least `BOUND` of it.
+a healthy machine reaches at least `BOUND` of it, judged on the row's interval (below: fail; straddling after a
+re-measure: marginal).
+
+Each known-good row keeps every source run's median (its spread), the hosts it came from (CPU model, threads, VM
+or bare metal) and how busy its GPU was. A row whose GPU was under HOST_BOUND_BUSY_PCT busy is host-bound: the
+host's CPU, loader and launch latency set its pace, so it is judged only on a comparable host (same CPU model and
+threads, VM or bare metal alike) that is not contended at the time; elsewhere it is reported without a verdict and
+says why.
 
 The shipped table (known_good.json beside this file) is derived, never edited by hand:
 
@@ -24,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.report import spread
 from gpulab.report.model import Check, Report, Result, Threshold
 
-SCHEMA = "gpulab.known-good/1"
+SCHEMA = "gpulab.known-good/2"
+HOST_BOUND_BUSY_PCT = 80.0  # as compare: a GPU under 80 % busy waits for its host
 WORKLOAD_LAUNCHERS = ("gpu", "ddp", "dataparallel", "mirrored", "sweep")
 BOUND = Threshold(
     name="workload.min_pct_of_known_good",
@@ -53,6 +62,13 @@ class KnownGood:
     unit: str
     measurements: int
     source: str  # the reports it came from (file, GPUs, date, tier, driver, torch, OS), joined by "; "
+    runs: tuple[float, ...] = ()  # each source report's median: the row's spread over runs
+    hosts: tuple[str, ...] = ()  # each source host: "CPU model, N threads, KVM" (host_text)
+    gpu_busy_pct: float | None = None  # the GPU's median busy share over the source runs (NVML utilisation)
+
+    @property
+    def host_bound(self) -> bool:
+        return self.gpu_busy_pct is not None and self.gpu_busy_pct < HOST_BOUND_BUSY_PCT
 
     def key(self) -> tuple[Any, ...]:
         return _key(
@@ -93,6 +109,22 @@ def gpu_model(report: Report) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
+def host_text(fingerprint: dict[str, Any]) -> str:
+    """The host a row was measured on, as comparability needs it: CPU model, hardware threads, VM or bare metal."""
+    host = fingerprint.get("host") or {}
+    cpu = host.get("cpu") or {}
+    model, threads = cpu.get("model") or "unknown CPU", cpu.get("threads") or "?"
+    return f"{model}, {threads} threads, {host.get('hypervisor') or 'bare metal'}"
+
+
+def busy_pct(result: Result) -> float | None:
+    """The row's GPUs' mean NVML utilisation over its timed loop (their lowest), None without telemetry."""
+    tel = result.telemetry
+    utils = [g.get("util_mean") for g in (tel.per_gpu if tel else [])]
+    numbers = [float(u) for u in utils if isinstance(u, (int, float))]
+    return min(numbers) if numbers else None
+
+
 def _provenance(report: Report, label: str) -> str:
     fp = report.fingerprint
     software, host = fp.get("software") or {}, fp.get("host") or {}
@@ -104,27 +136,32 @@ def _provenance(report: Report, label: str) -> str:
     )
 
 
-def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], tuple[list[Result], str]]:
-    """The report's workload rows (samples/s) grouped by known-good key, with the report's provenance."""
+Measured = tuple[list[Result], str, str]  # a report's rows of one key, its provenance, its host
+
+
+def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], Measured]:
+    """The report's workload rows (samples/s) grouped by known-good key, with the report's provenance and host."""
     model = gpu_model(report)
     if model is None:
         raise GpulabError(f"{label}: not one GPU model throughout; known-good rows need a uniform machine")
     source = _provenance(report, label)
-    groups: dict[tuple[Any, ...], tuple[list[Result], str]] = {}
+    host = host_text(report.fingerprint)
+    groups: dict[tuple[Any, ...], Measured] = {}
     for r in report.results:
         if r.launcher in WORKLOAD_LAUNCHERS and r.unit == "samples/s":
-            groups.setdefault(result_key(model, r), ([], source))[0].append(r)
+            groups.setdefault(result_key(model, r), ([], source, host))[0].append(r)
     return groups
 
 
-def _rows(groups: dict[tuple[Any, ...], list[tuple[list[Result], str]]]) -> list[KnownGood]:
+def _rows(groups: dict[tuple[Any, ...], list[Measured]]) -> list[KnownGood]:
     """One row per key, from every report that has it (their sources joined): each report's median, then the lowest
     of those. Every such machine was healthy, so a healthy machine may be as slow as the slowest of them: a row that
     leans on the host (a data loader on 16 cores or on 32) must not make the faster host the bar."""
     rows = []
     for key, reports in groups.items():
         model, workload, framework, launcher, n, precision, size, channels_last, batch = key
-        value = min(round(statistics.median(r.value for r in results), 1) for results, _ in reports)
+        medians = [round(statistics.median(r.value for r in results), 1) for results, _, _ in reports]
+        busy = [b for results, _, _ in reports for b in map(busy_pct, results) if b is not None]
         rows.append(
             KnownGood(
                 model,
@@ -136,10 +173,13 @@ def _rows(groups: dict[tuple[Any, ...], list[tuple[list[Result], str]]]) -> list
                 size,
                 channels_last,
                 batch,
-                value=value,
+                value=min(medians),
                 unit=reports[0][0][0].unit,
-                measurements=sum(len(results) for results, _ in reports),
-                source="; ".join(source for _, source in reports),
+                measurements=sum(len(results) for results, _, _ in reports),
+                source="; ".join(source for _, source, _ in reports),
+                runs=tuple(medians),
+                hosts=tuple(dict.fromkeys(host for _, _, host in reports)),
+                gpu_busy_pct=round(statistics.median(busy), 1) if busy else None,
             )
         )
     return sorted(rows, key=lambda k: tuple(str(p) for p in k.key()))
@@ -155,17 +195,22 @@ def build(paths: Sequence[Path]) -> dict[str, Any]:
     is one row, the lowest of the machines' medians."""
     from gpulab.report.io import load_report
 
-    merged: dict[tuple[Any, ...], list[tuple[list[Result], str]]] = {}
+    merged: dict[tuple[Any, ...], list[Measured]] = {}
     for path in paths:
         for key, measured in _measurements(load_report(path), Path(path).name).items():
             merged.setdefault(key, []).append(measured)
-    return {"schema": SCHEMA, "bound_pct": BOUND.value, "rows": [asdict(r) for r in _rows(merged)]}
+    rows = [{**asdict(r), "runs": list(r.runs), "hosts": list(r.hosts)} for r in _rows(merged)]
+    return {"schema": SCHEMA, "bound_pct": BOUND.value, "rows": rows}
 
 
 @cache
 def table() -> dict[tuple[Any, ...], KnownGood]:
     data = json.loads(resources.files("gpulab.validation").joinpath("known_good.json").read_text(encoding="utf-8"))
-    return {row.key(): row for row in (KnownGood(**r) for r in data["rows"])}
+    rows = (
+        KnownGood(**{**r, "runs": tuple(r.get("runs") or ()), "hosts": tuple(r.get("hosts") or ())})
+        for r in data["rows"]
+    )
+    return {row.key(): row for row in rows}
 
 
 def models() -> list[str]:
@@ -176,23 +221,70 @@ def lookup(model: str | None, result: Result) -> KnownGood | None:
     return table().get(result_key(model, result)) if model else None
 
 
-def judge(model: str | None, result: Result, threshold: Threshold = BOUND) -> Check:
-    """`result` against its GPU model's known-good row; a model or configuration without one says so."""
+def judge(
+    model: str | None,
+    result: Result,
+    threshold: Threshold = BOUND,
+    *,
+    host: dict[str, Any] | None = None,
+    contention: str | None = None,
+) -> Check:
+    """`result` against its GPU model's known-good row; a model or configuration without one says so.
+
+    `host` is this run's fingerprint (its host part decides whether a host-bound row is comparable); `contention`
+    the reason this host is contended now (gpulab.validation.session.Lab.host_contention), or None."""
     name = f"known_good.{result.framework}.{result.workload}[{result.launcher},{result.n},{result.precision}]"
     row = lookup(model, result)
     if row is None:
         known = "; ".join(models())
-        why = f"{model} has no known-good rows" if model not in models() else "no known-good row for this configuration"
-        return Check(name, "skip", f"{why} (known: {known}): judged against the datasheet and the CPU only")
-    pct = 100 * result.value / row.value
-    result.params["known_good"] = {"value": row.value, "pct": round(pct, 1), "source": row.source}
+        missing = "no known-good row for this configuration" if model in models() else f"{model} has no known-good rows"
+        return Check(name, "skip", f"{missing} (known: {known}): judged against the datasheet and the CPU only")
+    pct = spread.scaled(spread.of_windows(spread.windows_of(result), result.unit), 100 / row.value, "%")
+    result.params["known_good"] = {"value": row.value, "pct": round(pct.median, 1), "source": row.source}
+    runs = f"runs {min(row.runs):,.0f}–{max(row.runs):,.0f} ({len(row.runs)})" if row.runs else "one run"
     message = (
-        f"{result.workload} {result.launcher}×{result.n} {result.precision}: {result.value:,.0f} {result.unit} = "
-        f"{pct:.0f} % of known-good {row.value:,.0f} ({row.gpu_model}, {row.source.split(':')[0]})"
+        f"{result.workload} {result.launcher}×{result.n} {result.precision}: "
+        f"{spread.text(spread.of_windows(spread.windows_of(result)), lambda v: f'{v:,.0f}')} {result.unit} = "
+        f"{pct.median:.0f} % [{pct.low:.0f}–{pct.high:.0f}] of known-good {row.value:,.0f} "
+        f"({row.gpu_model}, {runs}, {row.source.split(':')[0]})"
     )
-    evidence = {"value": result.value, "known_good": row.value, "pct": pct, "source": row.source}
-    if pct >= threshold.value:
+    evidence: dict[str, Any] = {
+        "value": result.value,
+        "known_good": row.value,
+        "pct": pct.median,
+        "pct_interval": [round(pct.low, 2), round(pct.high, 2)],
+        "source": row.source,
+        "known_good_runs": list(row.runs),
+        "known_good_hosts": list(row.hosts),
+    }
+    busy = busy_pct(result)
+    host_bound = row.host_bound or (busy is not None and busy < HOST_BOUND_BUSY_PCT)
+    if host_bound:
+        evidence["host_bound"] = True
+        here = host_text({"host": host}) if host else None
+        why: str | None = None
+        if here is None or here not in row.hosts:
+            theirs = "; ".join(row.hosts) or "not recorded"
+            why = f"this host ({here or 'not recorded'}) is not the known-good's ({theirs})"
+        elif contention:
+            why = f"this host is contended ({contention})"
+        if why:
+            shares = (
+                f"GPU {busy:.0f} % busy" if busy is not None else f"GPU {row.gpu_busy_pct:.0f} % busy at known-good"
+            )
+            return Check(
+                name,
+                "skip",
+                f"{message}: not judged: a host-bound row ({shares}: the host sets its pace) and {why}",
+                evidence,
+            )
+    where = spread.position(pct, threshold.value)
+    if where == "above":
         return Check(name, "pass", message, evidence, threshold=threshold.name)
+    if where == "straddles":
+        return Check(
+            name, "marginal", f"{message}: its interval straddles {threshold.value:g} %", evidence, threshold.name
+        )
     return Check(name, "fail", f"{message}; below {threshold.value:g} %", evidence, threshold=threshold.name)
 
 

@@ -347,7 +347,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return rep
     judged = lab.judged.get(item.nodeid)
     status = _status(rep)
-    message = _message(rep) if status != "pass" else (judged.message if judged else "passed")
+    if status == "pass" and judged is not None and judged.status == "marginal":
+        status = "marginal"  # the test passed (marginal fails nothing) but the report says what it was
+    message = _message(rep) if status not in ("pass", "marginal") else (judged.message if judged else "passed")
     check = Check(
         name=judged.name if judged else _check_name(item),
         status=status,
@@ -470,12 +472,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
     if not lab.gpus:
         tr.write_line(f"verdict: {lab.fingerprint.gpu_absent_reason or 'no GPU selected'} (CPU results only)")
+    for check in lab.report.checks:  # first: neither pass nor fail, so the reader decides (exit status stays 0)
+        if check.status == "marginal":
+            tr.write_line(f"MARGINAL {check.name}: {check.message}")
     for line in lab.messages:
         tr.write_line(line)
     path = config.stash.get(REPORT_PATH_KEY, None)
     if path is not None:
         counts = lab.counts()
-        shown = ", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "skip") if counts[s])
+        shown = ", ".join(f"{counts[s]} {s}" for s in ("pass", "marginal", "fail", "error", "skip") if counts[s])
         tr.write_line(shown or "no checks ran")
         tr.write_line(f"report: {path}")
 

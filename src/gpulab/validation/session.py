@@ -38,7 +38,7 @@ class Options:
 
 
 RECORD_SCHEMA = "gpulab.run-record/1"
-STATUSES = ("pass", "fail", "skip", "error")
+STATUSES = ("pass", "fail", "skip", "error", "marginal")
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,10 @@ class Lab:
             self.report.add_threshold(exp.threshold)
         self.report.results.append(result)
         return exp
+
+    def host_contention(self) -> str | None:
+        """Why this host is contended so far in the run (CPU pressure, steal, a slower calibration), or None."""
+        return None
 
     def finish(self, interrupted: bool, command: str) -> Report:
         from gpulab.report import scaling

@@ -1,0 +1,45 @@
+"""Measure again when an interval straddles its bound: more windows, merged with the first, judged once more.
+
+A check whose figure's interval lies wholly above (pass) or below (fail) its bound is settled at once. One that
+straddles it comes back "marginal" from its judge; the row is then measured again with more windows, the windows of
+both measurements are merged into the one row (its median and interval recomputed), and the judge runs again.
+Still straddling, the check stays "marginal": its own status, listed first, never a FAIL and never a silent PASS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpulab.report import spread
+from gpulab.report.model import Check, Result
+
+AGAIN_FACTOR = 2  # the re-measure runs this many times the first measurement's windows
+
+
+def merge_into(row: Result, again: Result) -> Result:
+    """`again`'s windows added to `row` (the row the report already holds), its figure recomputed in place."""
+    if row.spread is None or again.spread is None:
+        return row
+    row.spread = spread.merged(row.spread, again.spread)
+    row.value = row.spread.median
+    if row.seconds is not None and again.seconds is not None:
+        row.seconds += again.seconds
+    if row.iterations is not None and again.iterations is not None:
+        row.iterations += again.iterations
+    if row.spec_value:
+        row.pct_of_spec = round(100 * row.value / row.spec_value, 2)
+    row.params["remeasured"] = {"windows_added": len(again.spread.windows), "why": "interval straddled its bound"}
+    return row
+
+
+def settle(judge: Callable[[], Check], remeasure: Callable[[], object]) -> Check:
+    """The judge's check; a "marginal" one is measured again once (`remeasure`) and judged again."""
+    check = judge()
+    if check.status != "marginal":
+        return check
+    remeasure()
+    check = judge()
+    check.evidence["remeasured"] = True
+    if check.status == "marginal":
+        check.message += "; measured again with more windows, still straddling"
+    return check
