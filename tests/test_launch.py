@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,10 @@ def test_cpu_launcher_uses_the_threads_asked_for(threads):
     assert (r.launcher, r.n, r.device, r.devices, r.framework) == ("cpu", threads, "cpu", ["cpu"], "torch")
     assert r.unit == "samples/s" and r.value > 0 and math.isfinite(r.value)
     assert r.batch == 8 and r.iterations == 5
-    assert r.value == pytest.approx(8 * 5 / r.seconds)
+    # five steps are five timed windows: the figure is their median, the interval their range (too few for 90 %)
+    assert len(r.spread.windows) == 5 and r.value == pytest.approx(statistics.median(r.spread.windows))
+    assert r.spread.low <= r.value <= r.spread.high and r.spread.method == "order statistics"
+    assert sum(8 / w for w in r.spread.windows) == pytest.approx(r.seconds, rel=0.2)  # the windows cover the loop
     assert r.params["threads"] == threads and r.params["batch_policy"] == "per_device"
     assert r.params["global_batch"] == 8 and r.params["lr_scaled"] is False
     assert r.params["data"] is None and r.params["model"] == "linear 4->2"  # session.info is kept
@@ -61,7 +65,8 @@ def test_ddp_over_gloo_matches_one_process_on_the_whole_batch(child_path):
     assert p["lr_scaled"] is True and p["lr_base"] == 0.05 and p["lr"] == pytest.approx(0.1) and p["lr_factor"] == 2
     assert p["lr_param"] == "learning_rate" and p["workload_params"] == {"learning_rate": 0.05}
     assert p["lr_used"] == pytest.approx(0.1)  # the workload was built with the scaled lr
-    assert r.value == pytest.approx(8 / r.seconds)  # samples of both ranks over the slowest rank
+    # one step, one window: samples of both ranks over the slowest rank's window
+    assert r.spread.windows == [pytest.approx(r.value)] and r.value == pytest.approx(8 / r.seconds, rel=0.05)
 
     model = stub_model(0)
     xs, ys = zip(*(stub_data(seed, 4) for seed in (0, 1)), strict=True)
