@@ -35,10 +35,13 @@ needs_tf = pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 ALL_ROWS = "test_scaling or test_speedup or (test_tensorflow and not sees_gpus)"
 
 
-def run_fake_gpus(tmp_path: Path, select: str, order: str = "usual") -> tuple[Report, list[dict[str, object]]]:
+def run_fake_gpus(
+    tmp_path: Path, select: str, order: str = "usual", extra_env: dict[str, str] | None = None, expect_rc: int = 0
+) -> tuple[Report, list[dict[str, object]]]:
     """validate/ at the standard tier on two fake GPUs: the report and the launches, in order."""
     calls = tmp_path / "calls.jsonl"
     env = {
+        **(extra_env or {}),
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
         "GPULAB_FAKE_CALLS": str(calls),
@@ -47,7 +50,8 @@ def run_fake_gpus(tmp_path: Path, select: str, order: str = "usual") -> tuple[Re
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "validate"), "-p", "no:cacheprovider", "-p", "validate_fakes"]
     cmd += ["--report-dir", str(tmp_path), "--tier", "standard", "-k", select, "-v"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == expect_rc, proc.stdout + proc.stderr
+    (tmp_path / "stdout.txt").write_text(proc.stdout)
     reports = sorted(tmp_path.glob("report-*.json"))
     assert len(reports) == 1, proc.stdout
     launches = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
@@ -64,6 +68,31 @@ def one_gpu_rows(report: Report) -> Counter[tuple[str, str]]:
 
 def checks(report: Report, prefix: str) -> dict[str, tuple[str, str]]:
     return {c.name: (c.status, c.message) for c in report.checks if c.name.startswith(prefix)}
+
+
+def test_ddp_scaling_on_its_floor_is_measured_again_then_marginal_and_the_run_exits_0(tmp_path):
+    # The fake pair has no NVLink in its captured topology: its floor is 75 %, and 0.75 sits on it.
+    report, launches = run_fake_gpus(tmp_path, "test_scaling and ddp", extra_env={"GPULAB_FAKE_DDP_EFFICIENCY": "0.75"})
+    assert [t.value for t in report.thresholds if t.name == "scaling.ddp.min_efficiency"] == [0.75]
+    assert [(c["launcher"], c["n"]) for c in launches] == [("ddp", 1), ("ddp", 2)] * 2  # measured, then again
+    check = next(c for c in report.checks if c.name == "scaling.ddp[resnet50,2]")
+    assert check.status == "marginal" and check.evidence["remeasured"] is True
+    low, high = check.evidence["interval"]
+    assert low < 0.75 < high and check.evidence["windows"] == 16
+    stdout = (tmp_path / "stdout.txt").read_text()
+    assert "MARGINAL scaling.ddp[resnet50,2]:" in stdout and "1 marginal" in stdout
+    # the re-measure's windows joined the same rows: one row per side, 16 windows each
+    ddp = [r for r in report.results if r.launcher == "ddp"]
+    assert sorted(r.n for r in ddp) == [1, 2] and all(len(r.spread.windows) == 16 for r in ddp)
+
+
+def test_ddp_scaling_below_its_floor_fails(tmp_path):
+    report, _ = run_fake_gpus(
+        tmp_path, "test_scaling and ddp", extra_env={"GPULAB_FAKE_DDP_EFFICIENCY": "0.6"}, expect_rc=1
+    )
+    check = next(c for c in report.checks if c.name == "scaling.ddp[resnet50,2]")
+    assert check.status == "fail" and "remeasured" not in check.evidence
+    assert "Left: " in check.message and "not measured in this run" in check.message
 
 
 def test_dataparallel_scaling_alone_measures_its_baseline_once(tmp_path):

@@ -73,7 +73,9 @@ def fake_ddp(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
 
 
 def fake_ddp_pair(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> tuple[Result, Result]:
-    return _row("ddp", "torch", cfg, 1, ONE_GPU), _row("ddp", "torch", cfg, gpus, ONE_GPU * gpus)
+    """GPULAB_FAKE_DDP_EFFICIENCY (default 1) scales the N-GPU side: 0.9 sits on the 90 % floor."""
+    efficiency = float(os.environ.get("GPULAB_FAKE_DDP_EFFICIENCY", "1"))
+    return _row("ddp", "torch", cfg, 1, ONE_GPU), _row("ddp", "torch", cfg, gpus, ONE_GPU * gpus * efficiency)
 
 
 def fake_dataparallel(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
