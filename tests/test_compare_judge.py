@@ -132,16 +132,17 @@ def test_to_dict_puts_the_verdict_first_and_records_sides():
     assert data["host_load"] == {"a": "host load not recorded", "b": "host load not recorded"}
 
 
-@pytest.mark.parametrize("tag", ["gpulab.report/1", "gpulab.report/2"])
-def test_reports_of_both_schema_versions_load(tmp_path, tag):
+@pytest.mark.parametrize("tag", ["gpulab.report/1", "gpulab.report/2", "gpulab.report/3"])
+def test_reports_of_every_schema_version_load(tmp_path, tag):
     data = json.loads(H100.read_text())
     data["schema"] = tag
-    if tag.endswith("/2"):
+    if not tag.endswith("/1"):
         data["host_load"] = [QUIET]
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     report = load_report(path)
-    assert report.schema == "gpulab.report/2" and report.host_load == ([QUIET] if tag.endswith("/2") else [])
+    assert report.schema == "gpulab.report/3" and report.host_load == ([QUIET] if not tag.endswith("/1") else [])
+    assert all(r.spread is None for r in report.results)  # older reports kept no windows: judged on medians
 
 
 MEASURED_LATER = Path(__file__).parent / "fixtures" / "compare" / "h100x1-standard-2026-11-25.json"
@@ -188,3 +189,37 @@ def test_two_standard_runs_of_one_h100_two_minutes_apart_are_no_regression(capsy
     assert c.relation == "same machine" and c.regressions == []
     assert {row.band_pct for row in c.rows if row.side != "gpu"} == {30}
     assert max(row.band_pct for row in c.rows if row.side == "gpu") < 10  # the GPU rows keep a tight band
+
+
+def _windowed(report, factor: float, jitter: float):
+    """The report's GPU-bound matmul rows with 8 windows around value x factor, +-jitter."""
+    from gpulab.report import spread
+
+    rows = [r for r in report.results if r.workload == "matmul" and r.launcher == "gpu"]
+    for r in rows:
+        values = [r.value * factor * (1 + jitter * d) for d in (-1, -0.6, -0.3, 0, 0.1, 0.4, 0.7, 1)]
+        r.spread = spread.of_windows(values, r.unit)
+        r.value = r.spread.median
+    return rows
+
+
+def test_a_row_regresses_when_the_interval_of_its_ratio_lies_below_the_band_not_its_median():
+    from gpulab.report.compare import compare
+    from gpulab.report.compare_render import to_text
+
+    base = load_report(H100)
+    noisy = load_report(H100)
+    _windowed(base, 1.0, 0.02)
+    # 7 % lower median, windows +-12 %: below the 5 % band by the median, not by the interval
+    _windowed(noisy, 0.93, 0.12)
+    cmp = compare([("a", base), ("b", noisy)], 5.0)
+    rows = [r for r in cmp.rows if r.key[0] == "matmul" and r.ratio_interval(1) is not None]
+    assert rows and all(r.ratios[1] < 0.95 and r.ratio_interval(1).high >= 0.95 for r in rows)
+    assert not any(r.regression for r in rows)
+    steady = load_report(H100)
+    _windowed(steady, 0.9, 0.01)  # 10 % lower, tight: the interval says so
+    cmp = compare([("a", base), ("c", steady)], 5.0)
+    rows = [r for r in cmp.rows if r.key[0] == "matmul" and r.ratio_interval(1) is not None]
+    assert rows and all(r.regression and r.ratio_interval(1).high < 0.95 for r in rows)
+    text = to_text(cmp)
+    assert "] (8)" in text and "%" in text  # median [low–high] (n) and the ratio's interval are shown

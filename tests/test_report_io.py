@@ -110,10 +110,10 @@ def test_foreign_json(tmp_path, data):
 def test_newer_schema_version(tmp_path):
     p = write_report(sample_report(), tmp_path / "r.json")
     data = json.loads(p.read_text())
-    data["schema"] = "gpulab.report/3"
+    data["schema"] = "gpulab.report/4"
     p.write_text(json.dumps(data))
     msg = _err(p)
-    assert "written by a newer gpulab: gpulab.report/3; upgrade gpulab" in msg
+    assert "written by a newer gpulab: gpulab.report/4; upgrade gpulab" in msg
 
 
 def test_schema_violation_names_path(tmp_path):
@@ -123,7 +123,7 @@ def test_schema_violation_names_path(tmp_path):
     del data["checks"][0]["status"]
     p.write_text(json.dumps(data))
     msg = _err(p)
-    assert "does not match gpulab.report/2" in msg
+    assert "does not match gpulab.report/3" in msg
     assert "$.results[2].n" in msg and "$.checks[0]" in msg and "'status' is a required property" in msg
 
 

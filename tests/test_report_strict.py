@@ -89,7 +89,7 @@ def test_out_of_range_values_are_refused(tmp_path, good, where, mutate, expected
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
     msg = _refused(bad)
-    assert f"does not match gpulab.report/2: {where}: " in msg and expected in msg, msg
+    assert f"does not match gpulab.report/3: {where}: " in msg and expected in msg, msg
 
 
 def test_writer_refuses_what_the_loader_refuses(tmp_path):
@@ -131,4 +131,4 @@ def test_compare_refuses_nan_and_negative_reports(tmp_path, good, capsys):
     assert main(["compare", str(path), str(neg)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"{neg} does not match gpulab.report/2: $.results[0].value: -785.0 is out of range" in err
+    assert f"{neg} does not match gpulab.report/3: $.results[0].value: -785.0 is out of range" in err

@@ -27,7 +27,6 @@ from gpulab.errors import GpulabError
 from gpulab.report import judge
 from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models
 from gpulab.report.compare_keys import (
-    KEY_FIELDS,
     ResultKey,
     ScalingRow,
     SpeedupRow,
@@ -41,6 +40,7 @@ from gpulab.report.compare_keys import (
     scaling_rows,
     speedup_rows,
 )
+from gpulab.report.compare_rows import CheckRow, Row
 from gpulab.report.formatting import num, ratio_pct
 from gpulab.report.model import Check, Report, Result
 
@@ -73,108 +73,6 @@ def parse_threshold(text: str | float) -> float:
 
 
 MODES = ("same", "different")
-
-
-@dataclass
-class Row:
-    """One measured configuration across the reports; `values[i]` (the median of `measurements[i]`) and
-    `ratios[i]` belong to report i (None when absent)."""
-
-    key: ResultKey
-    unit: str
-    values: list[float | None]
-    ratios: list[float | None]
-    status: str  # "ok", "regression", "only in A", "missing in B, C", "unit differs", "no baseline value"
-    regressed_in: list[str] = field(default_factory=list)
-    measurements: list[list[float]] = field(default_factory=list)  # every value per report, in report order
-    ns: list[int | None] = field(default_factory=list)  # devices/threads each report used (different mode)
-    watts: list[float | None] = field(default_factory=list)  # mean board power over the row's GPUs, summed
-    side: str = "gpu"  # what sets the row's pace: "gpu", "host-bound" (a mostly idle GPU) or "host" (judge.side)
-    band_pct: float | None = None  # how far below the baseline it may fall before it regresses (same mode)
-    band_why: str = ""
-
-    def per_gpu(self, i: int) -> float | None:
-        """Report i's value per GPU: value / n for a row over several GPUs, the value itself otherwise."""
-        value = self.values[i]
-        n = self.ns[i] if i < len(self.ns) else self.key[3]
-        if value is None or self.key[2] == "cpu" or self.key[5] or not n or n <= 1:
-            return value
-        return value / n
-
-    def per_watt(self, i: int) -> float | None:
-        value, watts = self.values[i], self.watts[i] if i < len(self.watts) else None
-        return value / watts if value is not None and watts else None
-
-    @property
-    def regression(self) -> bool:
-        return bool(self.regressed_in)
-
-    def found(self, i: int) -> list[float]:
-        """Every measurement report i holds for this row (its median alone when built without them)."""
-        if i < len(self.measurements):
-            return self.measurements[i]
-        value = self.values[i]
-        return [] if value is None else [value]
-
-    def spread(self, i: int) -> tuple[float, float] | None:
-        """(min, max) of report i's measurements; None when it has none."""
-        found = self.found(i)
-        return (min(found), max(found)) if found else None
-
-    def spread_pct(self, i: int) -> float | None:
-        """(max - min) / median of report i's measurements, in percent; None with fewer than two."""
-        found = self.found(i)
-        median = self.values[i]
-        if len(found) < 2 or not median:
-            return None
-        return (max(found) - min(found)) / abs(median) * 100
-
-    def cell(self, i: int) -> str:
-        """Report i's value for a table: the median, with the count and min–max when measured more than once."""
-        found = self.found(i)
-        if len(found) < 2:
-            return num(self.values[i])
-        return f"{num(self.values[i])} (median of {len(found)}: {num(min(found))}–{num(max(found))})"
-
-    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
-        spreads = [self.spread(i) for i in range(len(labels))]
-        found = [self.found(i) for i in range(len(labels))]
-        return {
-            **dict(zip(KEY_FIELDS, self.key, strict=True)),
-            "unit": self.unit,
-            "values": dict(zip(labels, self.values, strict=True)),
-            "ratios": dict(zip(labels, self.ratios, strict=True)),
-            "counts": {label: len(m) for label, m in zip(labels, found, strict=True)},
-            "spread": {
-                label: {"min": s[0], "max": s[1]} if s else None for label, s in zip(labels, spreads, strict=True)
-            },
-            "measurements": dict(zip(labels, found, strict=True)),
-            "status": self.status,
-            "regressed_in": self.regressed_in,
-            "side": self.side,
-            "band_pct": self.band_pct,
-            "band": self.band_why,
-        }
-
-
-@dataclass
-class CheckRow:
-    name: str
-    statuses: list[str | None]  # per report; None when the check did not run there
-    messages: list[str | None]
-    regressed_in: list[str] = field(default_factory=list)
-
-    @property
-    def regression(self) -> bool:
-        return bool(self.regressed_in)
-
-    def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "statuses": dict(zip(labels, self.statuses, strict=True)),
-            "messages": dict(zip(labels, self.messages, strict=True)),
-            "regressed_in": self.regressed_in,
-        }
 
 
 @dataclass
@@ -524,9 +422,11 @@ def _result_row(
         status = "ok"
     base_value = values[0]
     side = judge.side(next(rs for rs in found if rs))
-    row_band, row_why = judge.band(
-        threshold_pct, side, rel, judge.repeat_noise_pct(found[0]) if found[0] else None, quiet
-    )
+    intervals = [judge.interval(rs) for rs in found]
+    ratio_intervals = [None] + [judge.ratio_interval(found[0], rs) if found[0] and rs else None for rs in found[1:]]
+    # With windows on both sides the interval carries the noise; without, the baseline's repeats widen the band.
+    noise = None if intervals[0] is not None else judge.repeat_noise_pct(found[0]) if found[0] else None
+    row_band, row_why = judge.band(threshold_pct, side, rel, noise, quiet)
     limit = 1 - row_band / 100
     judged = mode == "same" and judge.judged(side, rel)
     other_work = [
@@ -541,7 +441,7 @@ def _result_row(
                 continue
             ratio = value / base_value
             ratios[i] = ratio
-            if ratio < limit and judged:
+            if judged and judge.regressed(ratio, ratio_intervals[i], limit):
                 regressed.append(labels[i])
     elif base_value is not None and len(units) == 1 and status == "ok":
         status = "no baseline value"
@@ -563,6 +463,8 @@ def _result_row(
         side=side,
         band_pct=row_band if judged else None,
         band_why=row_why if judged else judge.NOT_JUDGED if mode == "same" else "",
+        intervals=intervals,
+        ratio_intervals=ratio_intervals,
     )
 
 

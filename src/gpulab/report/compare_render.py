@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
 from gpulab.report.compare_keys import key_text
+from gpulab.report.compare_rows import ratio_cell
 from gpulab.report.formatting import name_list, num, ratio_pct
 
 
@@ -51,7 +52,7 @@ def _throughputs(c: Comparison, labels: list[str]) -> Section:
                 r.cell(i) if c.mode == "same" or len(found) < 2 else f"{num(r.values[i])} (median of {len(found)})"
             )
             if i:
-                cells.append(ratio_pct(r.ratios[i]))
+                cells.append(ratio_cell(r, i))
                 if c.vm[i]:
                     vm = c.vm_ratio(r, i)
                     cells.append("-" if vm is None else f"{vm:.3f}")
@@ -244,7 +245,7 @@ def _same_machine_text(cmp: Comparison, width: int) -> str:
         for i in range(len(row.values)):
             cells.append(row.cell(i))
             if i:
-                cells.append(ratio_pct(row.ratios[i]))
+                cells.append(ratio_cell(row, i))
                 if cmp.vm[i]:
                     vm = cmp.vm_ratio(row, i)
                     cells.append("-" if vm is None else f"{vm:.3f} ({ratio_pct(vm)})")

@@ -16,7 +16,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from gpulab.report.model import Report, Result
+from gpulab.report import spread
+from gpulab.report.model import Report, Result, Spread
 
 GPU_BOUND_UTIL_PCT = 80.0  # below this mean GPU utilisation the host, not the GPU, sets a row's pace
 # Timings of CPU work on a shared host move by 25-40 % with the neighbours' load (measured on the CI machines).
@@ -109,6 +110,31 @@ def band(
     if rel == SAME_MODEL:
         pct, why = pct + UNIT_SPREAD_PCT, f"{why} + unit-to-unit spread {UNIT_SPREAD_PCT:g} %"
     return pct, why
+
+
+def windows(results: Sequence[Result]) -> list[float]:
+    """Every timed window of a report's measurements of a row (a measurement without windows: its value)."""
+    return [w for r in results for w in spread.windows_of(r)]
+
+
+def interval(results: Sequence[Result]) -> Spread | None:
+    """The interval of a report's median for a row, when its measurements kept their windows."""
+    if not results or any(r.spread is None for r in results):
+        return None
+    return spread.of_windows(windows(results), results[0].unit)
+
+
+def ratio_interval(base: Sequence[Result], other: Sequence[Result]) -> Spread | None:
+    """The interval of other / base from both sides' windows; None unless both kept windows."""
+    if interval(base) is None or interval(other) is None:
+        return None
+    return spread.of_ratio(windows(other), windows(base))
+
+
+def regressed(ratio: float, between: Spread | None, limit: float) -> bool:
+    """A drop is a regression when the ratio's interval lies below the limit (1 - band): a median below it whose
+    interval reaches it is noise. Rows measured without windows are judged on the ratio of medians."""
+    return (between.high if between is not None else ratio) < limit
 
 
 NOT_JUDGED = "other hosts: compared, not judged"
