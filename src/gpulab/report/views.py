@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpulab.report import spread
 from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.model import STATUSES, Check, Report, Result, Scaling, Speedup
 
@@ -98,7 +99,8 @@ def status_counts(checks: Sequence[Check]) -> dict[str, int]:
 
 
 def counts_text(checks: Sequence[Check]) -> str:
-    return " · ".join(f"{n} {s}" for s, n in status_counts(checks).items())
+    """ "6 pass · 1 fail · 1 skip · 1 error", with "· 2 marginal" only when there are some."""
+    return " · ".join(f"{n} {s}" for s, n in status_counts(checks).items() if n or s != "marginal")
 
 
 def software_rows(fp: dict[str, Any]) -> list[tuple[str, str]]:
@@ -181,7 +183,7 @@ def result_row(r: Result) -> tuple[str, ...]:
         str(r.n),
         r.precision,
         r.device or "all",
-        fmt_num(r.value, r.unit),
+        figure_text(r),
         fmt_num(r.spec_value, r.unit) if r.spec_value is not None else DASH,
         _pct(r.pct_of_spec),
     )
@@ -201,6 +203,13 @@ SCALING_HEADERS = (
 )
 
 
+def figure_text(r: Result) -> str:
+    """A row's figure: `median [low–high] (windows) unit` when it kept its timed windows, else its value."""
+    if r.spread is None or len(r.spread.windows) < 2:
+        return fmt_num(r.value, r.unit)
+    return f"{spread.text(r.spread, fmt_num)} {r.unit}"
+
+
 def scaling_row(s: Scaling) -> tuple[str, ...]:
     verdict = ""
     if s.expected is not None:
@@ -213,7 +222,8 @@ def scaling_row(s: Scaling) -> tuple[str, ...]:
         str(s.n),
         fmt_num(s.throughput),
         f"{s.speedup:.2f}x",
-        f"{s.efficiency * 100:.1f} %{verdict}",
+        f"{s.efficiency * 100:.1f} %{verdict}"
+        + (f" [{s.spread.low * 100:.1f}–{s.spread.high * 100:.1f}] ({len(s.spread.windows)})" if s.spread else ""),
         DASH if s.expected is None else f"{s.expected * 100:.0f} %",
         cell_text(s.expected_source),
     )
@@ -475,7 +485,7 @@ def key_figure_row(rows: Sequence[Result], with_baseline: bool) -> tuple[str, ..
     row = (
         f"{r.series()} {r.precision} ({r.framework} {r.launcher}, n={r.n})",
         devices,
-        _span([x.value for x in rows], r.unit),
+        figure_text(r) if len(rows) == 1 else _span([x.value for x in rows], r.unit),
         fmt_num(spec, r.unit) if spec is not None else DASH,
         _span([x.pct_of_spec for x in rows], "%", _pct1),
     )
