@@ -1,4 +1,5 @@
-"""Each capture-judging rule on its own: product class, idle links, load, per-GPU captures, MIG, vGPU, PCI ids."""
+"""Each capture-judging rule on its own: product class, idle links, load, per-GPU captures, MIG, vGPU, PCI ids,
+the driver against today's builds."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from capture_edits import H200_XML, write
+from capture_edits import H200_XML, with_versions, write
+from gpulab import compat
 from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.model import EccErrors, Fingerprint, GpuInfo, MigDevice, PcieLink
 from gpulab.hw.smi_xml import parse_capture_text
+from gpulab.report.model import Check
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 T4 = CAPTURES / "t4-passthrough.xml"
@@ -213,7 +216,7 @@ def _unknown(xml: str, arch: str | None) -> str:
 
 
 def test_unknown_gpu_is_judged_on_its_reported_architecture(tmp_path):
-    fp = _captured(tmp_path, _unknown(T4.read_text(), "Turing"))
+    fp = _captured(tmp_path, _unknown(with_versions(T4.read_text(), "580.95.05", "13.0"), "Turing"))
     gpu = fp.gpus[0]
     assert gpu.matrix_name is None and (gpu.architecture, gpu.compute_capability) == ("Turing", "7.5")
     check = health.stack_supports_gpus(fp)
@@ -236,3 +239,74 @@ def test_unknown_gpu_without_architecture_skips_spec_checks_with_one_line(tmp_pa
         "capability not "
         "reported: spec-based checks skipped)" in check.message
     )
+
+
+# --- the driver against today's builds ----------------------------------------------------------------
+
+P100 = CAPTURES / "p100-passthrough-driver510.xml"
+H100 = CAPTURES.parent / "h100x1-firecracker" / "nvidia-smi-q-x.xml"
+
+
+def _stack_on(tmp_path: Path, xml: str, driver: str, cuda: str) -> Check:
+    return health.stack_supports_gpus(_captured(tmp_path, with_versions(xml, driver, cuda)))
+
+
+def _k80(xml: str) -> str:
+    """The T4 capture as a Tesla K80 (GK210, compute capability 3.7), a board the matrix does not list."""
+    xml = xml.replace("<product_name>Tesla T4</product_name>", "<product_name>Tesla K80</product_name>")
+    xml = xml.replace("1EB810DE", "102D10DE")
+    return re.sub(r"<product_architecture>[^<]*</product_architecture>", "", xml)
+
+
+def test_pascal_on_a_2019_driver_fails_naming_the_newest_stack(tmp_path):
+    check = _stack_on(tmp_path, P100.read_text(), "418.87", "10.1")
+    assert check.status == "fail"
+    facts = check.evidence["driver_too_old"]["Tesla P100-PCIE-16GB"]
+    assert (facts["driver_branch"], facts["max_cuda"], facts["architecture"]) == ("R418", "10.1", "Pascal")
+    need = facts["needs"]
+    # Today's PyTorch for Pascal is a CUDA 12 build, run from the CUDA 12 minor-version-compatibility floor on.
+    assert need["framework"] == "PyTorch" and need["cuda"].startswith("12.")
+    assert need["min_driver"] == compat.min_driver_for_cuda(need["cuda"], minor_compat=True)
+    plan = compat.plan_stack("Tesla P100-PCIE-16GB")
+    newest = facts["newest_stack"]
+    assert (newest["driver"], newest["cuda"], newest["cudnn"], newest["torch"]) == (
+        plan.driver,
+        plan.cuda,
+        plan.cudnn,
+        plan.torch,
+    )
+    for fact in ("driver 418.87", "CUDA 10.1", f"driver >= {need['min_driver']}", f"PyTorch {plan.torch}"):
+        assert fact in check.message
+    assert f"Fix: install driver {newest['driver_branch']}" in check.message
+
+
+def test_turing_on_an_r440_driver_fails(tmp_path):
+    check = _stack_on(tmp_path, T4.read_text(), "440.64.00", "10.2")
+    assert check.status == "fail"
+    facts = check.evidence["driver_too_old"]["Tesla T4"]
+    assert (facts["driver_branch"], facts["max_cuda"], facts["supported_today"]) == ("R440", "10.2", True)
+    assert facts["newest_stack"]["driver"] == compat.plan_stack("T4").driver
+    assert "gpulab matrix plan --gpu 'Tesla T4'" in check.message
+
+
+def test_kepler_k80_on_its_last_branch_fails_as_no_current_build_supports_kepler(tmp_path):
+    check = _stack_on(tmp_path, _k80(T4.read_text()), "470.82.01", "11.4")
+    assert check.status == "fail"
+    facts = check.evidence["driver_too_old"]["Tesla K80"]
+    assert (facts["architecture"], facts["compute_capability"]) == ("Kepler", "3.7")
+    assert facts["supported_today"] is False and facts["needs"] is None and facts["current_builds"] == []
+    assert "no current CUDA or framework build supports Kepler" in check.message
+    # The last stack that did: Kepler's last driver branch, and the matrix's 2018 profile runs on a K80 too.
+    assert facts["newest_stack"]["driver_branch"] == "R470"
+    assert "legacy-2018" in facts["profiles"] and "gpulab matrix show legacy-2018" in check.message
+
+
+def test_pascal_on_a_current_driver_passes(tmp_path):
+    check = _stack_on(tmp_path, P100.read_text(), "580.95.05", "13.0")
+    assert check.status == "pass" and "driver_too_old" not in check.evidence
+
+
+def test_hopper_on_a_current_driver_passes(tmp_path):
+    check = _stack_on(tmp_path, H100.read_text(), "580.95.05", "13.0")
+    assert check.status == "pass" and "driver_too_old" not in check.evidence
+    assert "NVIDIA H100 80GB HBM3" in check.evidence["stacks"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 from gpulab import compat
+from gpulab.checks.health import driver_age
+from gpulab.checks.health.modes import vgpu_host
 from gpulab.checks.health.verdict import failed, passed, reporter, skipped
 from gpulab.compat.gpus import gpu_for
 from gpulab.errors import GpulabError
@@ -116,22 +118,16 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
             not_judged.append(f"{component} {value} ({unknown[0].reason})")
         else:
             components[component] = value
-    issues: list[str] = []
-    stacks: dict[str, dict[str, str | None]] = {}
-    if _known_version(sw.driver_version) and (oldest := _predates_matrix(sw.driver_version or "")):
-        # A driver older than every branch the matrix lists runs no CUDA or framework build in use today.
-        for gpu in {g.name: g for g in fp.gpus}.values():
-            arch = gpu.architecture
-            newest = f"; the newest stack for this GPU is {_newest(arch, _own_cc(gpu))}" if arch else ""
-            stacks[gpu.name] = {"driver": sw.driver_version, "architecture": arch}
-            issues.append(
-                f"{_named(gpu)}: driver {sw.driver_version} predates every branch the matrix lists ({oldest} and "
-                f"later): no CUDA or framework build in use today runs on it{newest}. Fix: install that driver "
-                "branch, or retire the GPU if its stack is too old for the work"
-            )
+    # A driver that runs no CUDA or framework build in use today on a GPU fails whatever else it supports.
+    found = _too_old_for_today(fp, not_judged)
+    issues = [text for text, _ in found.values()]
+    too_old = {gpu: facts for gpu, (_, facts) in found.items()}
+    stacks: dict[str, dict[str, str | None]] = {
+        gpu: {"driver": sw.driver_version, "architecture": str(facts["architecture"])} for gpu, facts in too_old.items()
+    }
     unknown_gpus = {g.name: g for g in fp.gpus if _model(g).startswith("?")}
     for gpu in unknown_gpus.values():
-        if issues and gpu.name in stacks:
+        if too_old.get(gpu.name, {}).get("predates_matrix"):  # no branch to judge the architecture by
             continue
         facts, problems, why = _judge_unknown_gpu(gpu, components)
         if facts:
@@ -147,7 +143,9 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
         stack = compat.Stack(gpu=model, **components)
         stacks[model] = {k: v for k, v in vars(stack).items() if v}
         issues += [f"{model}: {i.component}: {i.reason} Fix: {i.fix}" for i in compat.check_stack(stack)]
-    ev = {"stacks": stacks, "not_judged": not_judged}
+    ev: dict[str, object] = {"stacks": stacks, "not_judged": not_judged}
+    if too_old:
+        ev["driver_too_old"] = too_old
     rest = "; not judged: " + "; ".join(not_judged) if not_judged else ""
     if issues:
         return failed(name, "; ".join(issues) + rest, **ev)
@@ -165,10 +163,27 @@ def stack_supports_gpus(fp: Fingerprint) -> Check:
     return passed(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}{aged}", **ev)
 
 
-def _predates_matrix(driver: str) -> str | None:
-    """The matrix's oldest branch when `driver` is older than it; None when the matrix covers the driver."""
-    oldest = min(compat.load_matrix().drivers, key=lambda b: b.number)
-    return oldest.branch if int(_version_tuple(driver)[0]) < oldest.number else None
+def _too_old_for_today(fp: Fingerprint, not_judged: list[str]) -> dict[str, tuple[str, dict[str, object]]]:
+    """GPU name -> (the issue, its facts) for each GPU the installed driver runs no current build on; a vGPU host's
+    GPUs are noted in `not_judged` instead (its VMs run CUDA on their own drivers)."""
+    driver = fp.software.driver_version or ""
+    out: dict[str, tuple[str, dict[str, object]]] = {}
+    if not _known_version(driver):
+        return out
+    for gpu in {g.name: g for g in fp.gpus}.values():
+        if vgpu_host(gpu):
+            not_judged.append(
+                f"driver {driver} against today's builds on {gpu.name} (a vGPU host: its VMs run CUDA on their own "
+                "drivers)"
+            )
+            continue
+        if not gpu.architecture:
+            continue
+        model = _model(gpu)
+        found = driver_age.judge(driver, None if model.startswith("?") else model, gpu.architecture, _own_cc(gpu))
+        if found is not None:
+            out[gpu.name] = (f"{_named(gpu)}: {found.text}", found.facts)
+    return out
 
 
 def _newest(architecture: str, compute_capability: str | None = None) -> str:
