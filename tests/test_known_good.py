@@ -76,11 +76,13 @@ def _row(report, workload):
 def test_a_row_is_judged_against_its_models_known_good():
     report = load_report(H200)
     host = report.fingerprint["host"]
-    good = _row(report, "cifar10")
+    good = _row(report, "resnet50")  # GPU-bound: judged on any host
+    kg = known_good.lookup("NVIDIA H200", good)
     check = known_good.judge("NVIDIA H200", good, host=host)
-    assert check.status == "pass" and "100 % [100–100] of known-good 15,819" in check.message
-    assert good.params["known_good"]["value"] == 15819.3
-    slow = dataclasses.replace(good, value=good.value * 0.8, params=dict(good.params))
+    pct = round(100 * good.value / kg.value)
+    assert check.status == "pass" and f"{pct} % [{pct}–{pct}] of known-good {kg.value:,.0f}" in check.message
+    assert good.params["known_good"]["value"] == kg.value
+    slow = dataclasses.replace(good, value=kg.value * 0.8, params=dict(good.params))
     check = known_good.judge("NVIDIA H200", slow, host=host)
     assert check.status == "fail" and "80 % [80–80] of known-good" in check.message and "below 85 %" in check.message
     assert check.threshold == known_good.BOUND.name
@@ -110,19 +112,25 @@ def test_the_interval_decides_pass_fail_and_marginal():
     assert known_good.judge("NVIDIA H200", low, host=host).status == "fail"
 
 
-def test_a_host_bound_row_is_judged_only_on_a_comparable_quiet_host():
+def test_a_host_bound_row_is_judged_only_on_a_comparable_quiet_bare_metal_host(monkeypatch):
     report = load_report(H200)
     row = _row(report, "cifar10")
     kg = known_good.lookup("NVIDIA H200", row)
     assert kg is not None and kg.host_bound and kg.gpu_busy_pct is not None and kg.gpu_busy_pct < 80
     slow = dataclasses.replace(row, value=row.value * 0.5, params=dict(row.params))
-    other = {**report.fingerprint["host"], "cpu": {"model": "AMD EPYC 9654", "threads": 32}}
+    guest = report.fingerprint["host"]  # the known-good's own host, a KVM guest
+    check = known_good.judge("NVIDIA H200", slow, host=guest)
+    assert check.status == "skip" and check.evidence["host_bound"] and "KVM guest" in check.message
+    other = {**guest, "cpu": {"model": "AMD EPYC 9654", "threads": 32}}
     check = known_good.judge("NVIDIA H200", slow, host=other)
-    assert check.status == "skip" and check.evidence["host_bound"]
-    assert "not the known-good's" in check.message and "AMD EPYC 9654, 32 threads" in check.message
-    same = report.fingerprint["host"]
-    assert known_good.judge("NVIDIA H200", slow, host=same).status == "fail"
-    contended = known_good.judge("NVIDIA H200", slow, host=same, contention="CPU pressure 61 % of the run")
+    assert check.status == "skip" and "not the known-good's" in check.message
+    assert "AMD EPYC 9654, 32 threads" in check.message
+    # A known-good row from a bare-metal host, judged on that host: a verdict, unless the host is contended now.
+    metal = {**guest, "hypervisor": None}
+    bare = dataclasses.replace(kg, hosts=(known_good.host_text({"host": metal}),))
+    monkeypatch.setattr(known_good, "lookup", lambda model, result: bare)
+    assert known_good.judge("NVIDIA H200", slow, host=metal).status == "fail"
+    contended = known_good.judge("NVIDIA H200", slow, host=metal, contention="CPU pressure 61 % of the run")
     assert contended.status == "skip" and "contended (CPU pressure 61 %" in contended.message
 
 

@@ -88,7 +88,7 @@ def fake_mirrored(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
 
 def fake_sweep(cfg: RunConfig, gpus: int, out_dir: Path, runs: int | None = None, **_: Any) -> Result:
     runs = runs or gpus
-    return _row("sweep", "torch", cfg, gpus, ONE_GPU * runs, seconds=runs / gpus)
+    return _row("sweep", "torch", cfg, gpus, ONE_GPU * gpus, seconds=runs / gpus)  # every GPU at ONE_GPU
 
 
 def pytest_configure(config: pytest.Config) -> None:

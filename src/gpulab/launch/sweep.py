@@ -45,7 +45,8 @@ from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.spec import TimedResult, WorkerMessage
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
-from gpulab.report.model import Result
+from gpulab.report.model import Result, Spread
+from gpulab.report.spread import of_windows
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import RunConfig
 
@@ -300,6 +301,7 @@ def _sweep_result(
     results: list[Result] = []
     starts, ends = [], []
     by_slot: dict[int, list[float]] = {}
+    windows_by_slot: dict[int, list[list[float]]] = {}
     for _, row in rows.iterrows():
         timed = TimedResult.read(Path(row["result_file"]))
         wall_start, wall_end, result = timed.wall_start, timed.wall_end, timed.result
@@ -307,6 +309,7 @@ def _sweep_result(
         ends.append(wall_end)
         results.append(result)
         by_slot.setdefault(int(row["slot"]), []).append(result.value)
+        windows_by_slot.setdefault(int(row["slot"]), []).append(result.spread.windows if result.spread else [])
         per_run.append(
             {
                 "run_index": int(row["run_index"]),
@@ -347,13 +350,14 @@ def _sweep_result(
     )
     if sampler is not None and sampler.overhead() is not None:
         params["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
+    figure = _machine_windows(windows_by_slot)
     return Result(
         workload=cfg.workload,
         framework=framework,
         launcher="sweep",
         n=n,
         precision=cfg.precision,
-        value=sum(sum(rates) / len(rates) for rates in by_slot.values()),
+        value=figure.median if figure else sum(sum(rates) / len(rates) for rates in by_slot.values()),
         unit="samples/s",
         device=None,
         devices=[r.device or "cpu" for r in results],
@@ -362,4 +366,17 @@ def _sweep_result(
         iterations=first.iterations,
         params=jsonable(params),
         telemetry=sampler.summary(min(starts), max(ends)) if sampler is not None else None,
+        spread=figure,
     )
+
+
+def _machine_windows(windows_by_slot: dict[int, list[list[float]]]) -> Spread | None:
+    """The machine's throughput per timed window: each device's runs averaged window by window, added over the
+    devices (the first runs on every device time their windows together). None unless every run kept the same
+    number of windows."""
+    counts = {len(w) for runs in windows_by_slot.values() for w in runs}
+    if len(counts) != 1 or 0 in counts:
+        return None
+    (count,) = counts
+    machine = [sum(sum(run[k] for run in runs) / len(runs) for runs in windows_by_slot.values()) for k in range(count)]
+    return of_windows(machine, "samples/s")
