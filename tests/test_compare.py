@@ -51,7 +51,7 @@ def test_same_report_no_regression():
     assert c.regressions == [] and c.notes == []
     assert all(row.status == "ok" and row.ratios[1] == pytest.approx(1.0) for row in c.rows)
     assert len(c.rows) == len(r.results)
-    assert c.verdict.startswith("verdict: no regression")
+    assert c.verdict.startswith("verdict: GPU: no regression")
 
 
 def test_ten_percent_lower_regresses():
@@ -63,7 +63,7 @@ def test_ten_percent_lower_regresses():
     assert all(row.status == "regression" and row.ratios[1] == pytest.approx(0.9) for row in gpu)
     # a host (CPU) row 10 % lower on a host whose load was not recorded lies within the shared-host noise band
     assert all(row.status == "ok" and row.band_pct == 30 and "shared-host" in row.band_why for row in host)
-    assert c.verdict.startswith("verdict: REGRESSION") and "(GPU " in c.verdict
+    assert c.verdict.startswith("verdict: GPU: REGRESSION") and "(GPU " in c.verdict
 
 
 def test_three_percent_lower_within_threshold():
@@ -123,7 +123,7 @@ def test_to_dict_and_text():
     assert d["rows"][0]["ratios"]["b.json"] == pytest.approx(0.9)
     text = to_text(c)
     assert "a.json" in text and "-10.0 %" in text and "REGRESSION" in text
-    assert text.splitlines()[0].startswith("verdict: REGRESSION")  # the verdict comes first
+    assert text.splitlines()[0].startswith("verdict: GPU: REGRESSION")  # the verdict comes first
 
 
 # --- fingerprint notes ----------------------------------------------------------------------------
@@ -205,13 +205,13 @@ def test_parse_threshold_rejects(text, match):
 def test_cli_compare_same_exit_0(tmp_path, base_path, capsys):
     assert run_cli(["compare", str(base_path), str(base_path)]) == 0
     out = capsys.readouterr().out
-    assert "verdict: no regression" in out
+    assert "verdict: GPU: no regression" in out
 
 
 def test_cli_compare_ten_percent_lower_exit_1(tmp_path, base_path, capsys):
     low = _write(tmp_path, "low.json", scaled(sample_report(), 0.9))
     assert run_cli(["compare", str(base_path), low, "--threshold", "5%"]) == 1
-    assert "verdict: REGRESSION" in capsys.readouterr().out
+    assert "verdict: GPU: REGRESSION" in capsys.readouterr().out
 
 
 def test_cli_compare_three_percent_lower_exit_0(tmp_path, base_path):

@@ -63,7 +63,7 @@ def test_a_healthy_gpu_measured_twice_is_not_a_regression(tmp_path, capsys):
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     first = out.splitlines()[0]
-    assert first.startswith("verdict: no regression")
+    assert first.startswith("verdict: GPU: no regression")
     assert "GPU rows: 8, -3.1 %…+0.8 %, band 5 %" in first and "host rows: 13, -25.0 %, band 30 %" in first
     assert out.splitlines()[2].startswith("machines: the same GPUs (same UUIDs): a regression check")
 
@@ -77,7 +77,7 @@ def test_a_real_gpu_drop_still_regresses_and_names_its_side():
     c = compare([("monday", base), ("wednesday", later)])
     (line,) = c.regressions
     assert line.startswith("matmul/torch/gpu n=1 bf16 cuda:0: wednesday") and "GPU row, band 5 %" in line
-    assert c.verdict.startswith("verdict: REGRESSION: 1 result(s) below their noise band (GPU 1)")
+    assert c.verdict.startswith("verdict: GPU: REGRESSION: 1 result(s) below their noise band (GPU 1)")
 
 
 def test_host_rows_on_quiet_hosts_are_judged_by_the_threshold():
@@ -91,7 +91,8 @@ def test_host_rows_on_quiet_hosts_are_judged_by_the_threshold():
     c = compare([("monday", base), ("wednesday", later)])
     host = [row for row in c.rows if row.side != "gpu"]
     assert all(row.band_pct == 5 and row.regression for row in host)  # a quiet host 25 % slower is a finding
-    assert "host 13" in c.verdict and "GPU " not in c.verdict.split("(")[1]
+    assert c.verdict.startswith("verdict: GPU: REGRESSION: 4 result(s) below their noise band (host-bound GPU 4)")
+    assert "· host: REGRESSION: 13 host result(s) below their noise band on an uncontended host" in c.verdict
     stolen = dict(QUIET, steal_pct=12.5)
     later.host_load = [stolen]
     c = compare([("monday", base), ("wednesday", later)])
@@ -154,14 +155,14 @@ def test_two_real_standard_runs_of_one_gpu_kind_a_day_apart_are_no_regression(ca
     base, later = load_report(H100), load_report(MEASURED_LATER)
     c = compare([("2026-11-24", base), ("2026-11-25", later)])
     assert c.relation == "same model"
-    assert c.regressions == [] and c.verdict.startswith("verdict: no regression")
+    assert c.regressions == [] and c.verdict.startswith("verdict: GPU: no regression")
     gpu = [r for r in c.rows if r.side == "gpu" and r.ratios[1] is not None]
     assert len(gpu) == 8 and all(0.95 < r.ratios[1] < 1.05 for r in gpu)
     host = [r for r in c.rows if r.side == "host"]
     assert min(r.ratios[1] for r in host if r.ratios[1]) < 0.65  # a host row fell far: other hosts are not judged
     assert all(r.band_pct is None and r.band_why == "other hosts: compared, not judged" for r in host)
     assert main(["compare", str(H100), str(MEASURED_LATER)]) == 0
-    assert capsys.readouterr().out.startswith("verdict: no regression")
+    assert capsys.readouterr().out.startswith("verdict: GPU: no regression")
 
 
 def test_on_the_same_gpus_a_host_row_that_fell_beyond_its_band_is_a_host_regression():
@@ -172,7 +173,7 @@ def test_on_the_same_gpus_a_host_row_that_fell_beyond_its_band_is_a_host_regress
     assert c.relation == "same machine"
     regressed = [r for r in c.rows if r.regressed_in]
     assert regressed and {r.side for r in regressed} == {"host"}
-    assert c.verdict.startswith("verdict: REGRESSION: 1 result(s) below their noise band (host 1)")
+    assert c.verdict.startswith("verdict: GPU: no regression against before · host: REGRESSION: 1 host result(s)")
 
 
 REAL_PAIR = sorted((Path(__file__).parent / "fixtures" / "compare").glob("h100x1-standard-2026-11-26T*.json"))
@@ -184,7 +185,7 @@ def test_two_standard_runs_of_one_h100_two_minutes_apart_are_no_regression(capsy
     assert len(REAL_PAIR) == 2
     assert main(["compare", *map(str, REAL_PAIR)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("verdict: no regression") and "GPU rows: 8, -2.6 %…+0.6 %" in first
+    assert first.startswith("verdict: GPU: no regression") and "GPU rows: 8, -2.6 %…+0.6 %" in first
     c = compare([(str(p), load_report(p)) for p in REAL_PAIR])
     assert c.relation == "same machine" and c.regressions == []
     assert {row.band_pct for row in c.rows if row.side != "gpu"} == {30}

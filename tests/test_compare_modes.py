@@ -67,7 +67,7 @@ def test_same_machine_one_row_lower_exit_1(tmp_path):
     low = _lowered(tmp_path, "low.json", 0.9, {ROW})
     proc = gpulab(H200, low)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("verdict: REGRESSION: 1 result(s) below their noise band (GPU 1)")
+    assert proc.stdout.startswith("verdict: GPU: REGRESSION: 1 result(s) below their noise band (GPU 1)")
     assert proc.stdout.splitlines()[1].startswith("mode: same machine kind")
     assert "resnet50/torch/ddp n=4 bf16" in proc.stdout.split("regressions:")[1]
 
@@ -87,7 +87,7 @@ def test_vm_against_host_overhead_column(tmp_path):
     proc = gpulab(host_path, vm_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert out.startswith("verdict: no regression") and out.splitlines()[1].startswith("mode: same machine kind")
+    assert out.startswith("verdict: GPU: no regression") and out.splitlines()[1].startswith("mode: same machine kind")
     assert "VM/host" in out and "0.970" in out and "virtualisation overhead: VM " in out
     assert "platform: bare metal → VM (KVM)" in out
     c = compare([("host", host), ("vm", load_report(vm_path))])

@@ -94,7 +94,7 @@ def test_cli_two_runs_appended_to_one_report(tmp_path, capsys):
     assert sum(r.key() == KEY for r in load_report(new).results) == 2
     assert main(["compare", str(base), str(new)]) == 1
     out = capsys.readouterr().out
-    assert "verdict: REGRESSION" in out and "median of 2" in out and "1,550–3,100" in out  # the table may wrap
+    assert "verdict: GPU: REGRESSION" in out and "median of 2" in out and "1,550–3,100" in out  # the table may wrap
     assert main(["compare", str(base), str(new), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     (row,) = [r for r in data["rows"] if r["regressed_in"]]
@@ -115,7 +115,7 @@ def test_cli_the_real_fixture_compared_with_itself(capsys):
     assert main(["compare", str(FIXTURE), str(FIXTURE)]) == 0
     out = capsys.readouterr().out
     assert "(median" in out and "3,956–4,331" in out  # the table may wrap the cell
-    assert "9 % apart" in out and out.startswith("verdict: no regression")
+    assert "9 % apart" in out and out.startswith("verdict: GPU: no regression")
 
 
 def test_compare_help_states_the_median_rule(capsys):

@@ -66,6 +66,10 @@ def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
     assert {c.status for c in report.checks} <= {"pass", "skip"}
     assert any(c.status == "skip" and "no NVIDIA GPU/driver found" in c.message for c in report.checks)
     assert reports[0].with_suffix(".html").is_file() and reports[0].with_suffix(".md").is_file()
+    # The host measured over the run (a calibration at each end) and its verdict beside the checks' in the summary
+    (load,) = report.host_load
+    assert load["calibration_start"]["all_threads"] > 0 and load["calibration_end"]["all_threads"] > 0
+    assert re.search(r"^verdict: PASS: .* · host: (quiet|contended) — ", out, re.M), out
     # The run's record: what a tool that started the run reads instead of the output above.
     counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip", "error")}
     assert json.loads(record.read_text()) == {

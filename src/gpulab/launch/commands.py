@@ -284,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend.prepare()
     spec = launch.epochs
     lines = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
-    load = LoadWatch(f"gpulab run {launch.cfg.workload}")
+    load = LoadWatch(f"gpulab run {launch.cfg.workload}", calibrate_cpu=args.report is not None)
 
     def show_epoch(record: dict[str, Any]) -> None:
         metric = REGISTRY[launch.cfg.workload].metric if launch.cfg.workload in REGISTRY else "accuracy"
@@ -313,7 +313,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
     # pool workers forked from here) goes to stderr instead.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    load = LoadWatch(f"gpulab sweep {launch.cfg.workload}")
+    load = LoadWatch(f"gpulab sweep {launch.cfg.workload}", calibrate_cpu=args.report is not None)
     with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {launch.cfg.workload} over {args.gpus} devices"):
         result = start(launch)
     where = f"psweep database: {result.params.get('psweep_db')} (run id {result.params.get('psweep_run_id')})"

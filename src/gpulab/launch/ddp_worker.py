@@ -163,27 +163,8 @@ def _paired_main(
         sync([device])
     barrier()
     sizes = window_sizes(int(session.steps), int(message.extra.get("windows") or WINDOWS))
-    many_s: list[float] = []
-    solo_s: list[float] = []
     wall_start = time.time()
-    many_loss = solo_loss = None
-    for k, size in enumerate(sizes):
-        for side in ("many", "solo") if k % 2 == 0 else ("solo", "many"):
-            barrier()
-            start = time.perf_counter()
-            if side == "many":
-                for _ in range(size):
-                    many_loss = session.step()
-                sync([device])
-                barrier()  # the window lasts until the slowest rank is done
-                many_s.append(time.perf_counter() - start)
-            else:
-                if solo is not None:
-                    for _ in range(size):
-                        solo_loss = solo.step()
-                    sync([device])
-                    solo_s.append(time.perf_counter() - start)
-                barrier()
+    many_s, solo_s, many_loss, solo_loss = _interleaved(session, solo, sizes, device, barrier)
     wall_end = time.time()
     finish = session.finish() or {}
     per_device = int(session.samples_per_step)
@@ -207,6 +188,36 @@ def _paired_main(
             "max_memory_allocated_mib": memory_peaks_mib([device]) if on_gpu else None,
         }
         write_json_atomic(out, json.loads(json.dumps(payload, default=str)))
+
+
+def _interleaved(
+    session: Any, solo: Any, sizes: list[int], device: str, barrier: Callable[[], None]
+) -> tuple[list[float], list[float], Any, Any]:
+    """Time windows of `sizes` steps, the N-process and one-process sides alternating ABBA: (N-side seconds,
+    one-side seconds, last losses). `solo` is None on the ranks that only wait while rank 0 times its side."""
+    import time
+
+    many_s: list[float] = []
+    solo_s: list[float] = []
+    many_loss = solo_loss = None
+    for k, size in enumerate(sizes):
+        for side in ("many", "solo") if k % 2 == 0 else ("solo", "many"):
+            barrier()
+            start = time.perf_counter()
+            if side == "many":
+                for _ in range(size):
+                    many_loss = session.step()
+                sync([device])
+                barrier()  # the window lasts until the slowest rank is done
+                many_s.append(time.perf_counter() - start)
+            else:
+                if solo is not None:
+                    for _ in range(size):
+                        solo_loss = solo.step()
+                    sync([device])
+                    solo_s.append(time.perf_counter() - start)
+                barrier()
+    return many_s, solo_s, many_loss, solo_loss
 
 
 def _epochs_main(message: WorkerMessage, device: str, local_rank: int, out: Path) -> None:

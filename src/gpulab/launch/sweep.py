@@ -310,25 +310,7 @@ def _sweep_result(
         results.append(result)
         by_slot.setdefault(int(row["slot"]), []).append(result.value)
         windows_by_slot.setdefault(int(row["slot"]), []).append(result.spread.windows if result.spread else [])
-        per_run.append(
-            {
-                "run_index": int(row["run_index"]),
-                "slot": int(row["slot"]),
-                "device": row["device"],
-                "visible_devices": row["visible"] or None,
-                "samples_per_s": result.value,
-                "seconds": result.seconds,
-                "pset_id": row["_pset_id"],
-                "host": row["_exec_host"],
-                "runtime_s": float(row["_pset_runtime"]),
-                # Where a run's wall clock goes besides its timed loop: process start, imports, model build,
-                # warm-up (and waiting for the peers), then tear-down. This is what bounds a sweep of short runs.
-                "before_timed_s": round(wall_start - float(row["started"]), 3),
-                "after_timed_s": round(float(row["ended"]) - wall_end, 3),
-                "started_together": result.params.get("started_together"),
-                "failure": None,
-            }
-        )
+        per_run.append(_run_facts(row, timed))
     first = results[0]
     params = dict(first.params)
     for key in ("run_index", "started_together", "max_memory_allocated_mib"):
@@ -368,6 +350,28 @@ def _sweep_result(
         telemetry=sampler.summary(min(starts), max(ends)) if sampler is not None else None,
         spread=figure,
     )
+
+
+def _run_facts(row: Any, timed: TimedResult) -> dict[str, Any]:
+    """One run of a sweep as its Result's params list it."""
+    result = timed.result
+    return {
+        "run_index": int(row["run_index"]),
+        "slot": int(row["slot"]),
+        "device": row["device"],
+        "visible_devices": row["visible"] or None,
+        "samples_per_s": result.value,
+        "seconds": result.seconds,
+        "pset_id": row["_pset_id"],
+        "host": row["_exec_host"],
+        "runtime_s": float(row["_pset_runtime"]),
+        # Where a run's wall clock goes besides its timed loop: process start, imports, model build,
+        # warm-up (and waiting for the peers), then tear-down. This is what bounds a sweep of short runs.
+        "before_timed_s": round(timed.wall_start - float(row["started"]), 3),
+        "after_timed_s": round(float(row["ended"]) - timed.wall_end, 3),
+        "started_together": result.params.get("started_together"),
+        "failure": None,
+    }
 
 
 def _machine_windows(windows_by_slot: dict[int, list[list[float]]]) -> Spread | None:

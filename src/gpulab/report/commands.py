@@ -56,8 +56,10 @@ def add_commands(sub: Any, baselines: Baselines) -> None:
             "too; a VM against its bare-metal host also shows the VM/host ratio per row), 'different' otherwise "
             "(no verdict: speedups and scaling first, then throughputs with ratios, per GPU, per W where "
             "telemetry has power, per $ with --price). Every measurement is kept: " + MEDIAN_NOTE + ". Checks "
-            "not run under the same name in every report are listed as not comparable. Exit 0: a comparison "
-            "or no regression; 1: a regression (same mode only); 2: bad input or nothing in common."
+            "not run under the same name in every report are listed as not comparable. The verdict gives the GPUs' and "
+            "the host's apart: host and host-bound rows that fell on a host a report measured as contended (CPU "
+            "pressure, steal, a slower CPU calibration) are shown as host contended, not regressions. Exit 0: a "
+            "comparison or no regression; 1: a regression (same mode only); 2: bad input or nothing in common."
         ),
     )
     cmp_.add_argument(

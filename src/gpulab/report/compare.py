@@ -24,8 +24,8 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.report import judge
-from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models
+from gpulab.report import compare_host, judge
+from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models, vm_sides
 from gpulab.report.compare_keys import (
     ResultKey,
     ScalingRow,
@@ -41,6 +41,7 @@ from gpulab.report.compare_keys import (
     speedup_rows,
 )
 from gpulab.report.compare_rows import CheckRow, Row
+from gpulab.report.contention import measured, report_contention
 from gpulab.report.formatting import num, ratio_pct
 from gpulab.report.model import Check, Report, Result
 
@@ -91,6 +92,8 @@ class Comparison:
     prices: dict[int, float] = field(default_factory=dict)  # report index -> USD per hour
     relation: str = judge.SAME_KIND  # judge.RELATION_TEXT's keys: same machine, same model, same kind, other models
     hosts: list[str] = field(default_factory=list)  # per report: how busy its host was (judge.quiet_host)
+    contention: list[str | None] = field(default_factory=list)  # per report: why its host was contended, or None
+    host_measured: list[bool] = field(default_factory=list)  # per report: whether it measured contention at all
 
     @property
     def mode_line(self) -> str:
@@ -194,26 +197,20 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        """The GPU verdict and the host's, side by side (compare_host), then the change per side."""
         if self.mode != "same":
             return f"verdict: none ({judge.RELATION_TEXT[self.relation]}: side by side, not judged)"
-        regs = self.regressions
         summary = self.side_summary()
-        tail = f" ({summary})" if summary else ""
-        if not regs:
-            return f"verdict: no regression against {self.baseline}{tail}"
-        n_rows = sum(len(r.regressed_in) for r in self.rows)
-        n_checks = sum(len(c.regressed_in) for c in self.checks)
-        parts = []
-        if n_rows:
-            by_side = [
-                f"{judge.SIDE_NAMES[side]} {n}"
-                for side in judge.SIDE_NAMES
-                if (n := sum(len(r.regressed_in) for r in self.rows if r.side == side))
-            ]
-            parts.append(f"{n_rows} result(s) below their noise band ({', '.join(by_side)})")
-        if n_checks:
-            parts.append(f"{n_checks} check(s) passed in the baseline and fail now")
-        return f"verdict: REGRESSION: {', '.join(parts)} (baseline {self.baseline}){tail}"
+        gpu = compare_host.gpu_verdict(self.rows, sum(len(c.regressed_in) for c in self.checks), self.baseline)
+        names, n = short_labels(self.labels), len(self.labels)
+        contention, measured = self.contention or [None] * n, self.host_measured or [False] * n
+        host = compare_host.host_verdict(self.rows, self.labels, names, contention, measured)
+        return f"verdict: {gpu} · {host}" + (f" ({summary})" if summary else "")
+
+    @property
+    def host_contended(self) -> list[str]:
+        """One line per row that fell with a contended host: shown, not a regression."""
+        return compare_host.contended_lines(self.rows, self.labels)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,6 +229,8 @@ class Comparison:
             "checks": [c.to_dict(self.labels) for c in self.checks],
             "aggregate": "median",
             "regressions": self.regressions,
+            "host_contended": self.host_contended,
+            "host_contention": dict(zip(self.labels, self.contention, strict=False)),
             "wide_spreads": self.wide_spreads,
             "notes": self.notes,
             "regression": bool(self.regressions),
@@ -291,21 +290,6 @@ def choose_mode(labels: Sequence[str], reports: Sequence[Report], forced: str | 
     return mode, why
 
 
-def _vm_sides(reports: Sequence[Report]) -> list[int | None]:
-    """Per report: +1 when it is a VM and the baseline bare metal, -1 the reverse, None otherwise."""
-
-    def is_vm(rep: Report) -> bool | None:
-        host = rep.fingerprint.get("host")
-        return None if host is None else bool(host.get("hypervisor"))
-
-    base = is_vm(reports[0])
-    out: list[int | None] = [None]
-    for rep in reports[1:]:
-        vm = is_vm(rep)
-        out.append(None if base is None or vm is None or vm == base else (1 if vm else -1))
-    return out
-
-
 def compare(
     reports: list[tuple[str, Report]],
     threshold_pct: float = 5.0,
@@ -331,6 +315,7 @@ def compare(
         indexes, own_precision = own_precision_rows(labels, indexes)
     rel = judge.relation([rep for _, rep in reports], mode)
     quiet = [judge.quiet_host(rep) for _, rep in reports]
+    contention = [report_contention(rep.host_load) for _, rep in reports]  # compare_host: why each host was contended
     published = [rep.tier == names.PUBLISHED_TIER for _, rep in reports]
 
     _require_shared(labels, indexes, reports)
@@ -351,6 +336,8 @@ def compare(
         for key in keys
     ]
 
+    if mode == "same":
+        compare_host.excuse_contended(rows, labels, contention)
     all_checks = [rep.checks for _, rep in reports]
     checks = _compare_checks(labels, all_checks)
     not_comparable = [c.name for c in checks if any(s is None for s in c.statuses)]
@@ -369,10 +356,12 @@ def compare(
         speedups=speedup_rows([rep for _, rep in reports]),
         scaling=scaling_rows([rep for _, rep in reports]),
         not_comparable=not_comparable,
-        vm=_vm_sides([rep for _, rep in reports]) if mode == "same" else [None] * len(reports),
+        vm=vm_sides([rep for _, rep in reports]) if mode == "same" else [None] * len(reports),
         prices=dict(prices or {}),
         relation=rel,
         hosts=[why for _, why in quiet],
+        contention=contention,
+        host_measured=[measured(rep.host_load) for _, rep in reports],
     )
 
 

@@ -3,6 +3,7 @@ environment) that can explain a performance change."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpulab.report.model import Report
@@ -122,3 +123,18 @@ def fingerprint_notes(a: Report | dict[str, Any], b: Report | dict[str, Any]) ->
         if ea.get(var) != eb.get(var):
             notes.append(f"env {var}: {ea.get(var, '(unset)')} → {eb.get(var, '(unset)')}")
     return notes
+
+
+def vm_sides(reports: Sequence[Report]) -> list[int | None]:
+    """Per report: +1 when it is a VM and the baseline bare metal, -1 the reverse, None otherwise."""
+
+    def is_vm(rep: Report) -> bool | None:
+        host = rep.fingerprint.get("host")
+        return None if host is None else bool(host.get("hypervisor"))
+
+    base = is_vm(reports[0])
+    out: list[int | None] = [None]
+    for rep in reports[1:]:
+        vm = is_vm(rep)
+        out.append(None if base is None or vm is None or vm == base else (1 if vm else -1))
+    return out

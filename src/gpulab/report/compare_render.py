@@ -91,7 +91,7 @@ def sections(c: Comparison) -> list[Section]:
     labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
     legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
     out = [
-        Section("verdict", lines=[c.verdict, *c.regressions]),
+        Section("verdict", lines=[c.verdict, *c.regressions, *c.host_contended]),
         Section("mode", lines=[c.mode_line, c.relation_line, f"reports: {legend} (ratios against {labels[0]})"]),
     ]
     if c.speedups:
@@ -285,6 +285,10 @@ def _same_machine_text(cmp: Comparison, width: int) -> str:
     if regs:
         console.print("regressions:")
         for line in regs:
+            console.print(f"  - {line}", soft_wrap=True)
+    if cmp.host_contended:
+        console.print("fell with the contended host (see the verdict's host figures), not regressions:")
+        for line in cmp.host_contended:
             console.print(f"  - {line}", soft_wrap=True)
     if cmp.notes:
         console.print("fingerprint differences beside the verdict:")

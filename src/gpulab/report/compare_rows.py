@@ -33,6 +33,7 @@ class Row:
     side: str = "gpu"  # what sets the row's pace: "gpu", "host-bound" (a mostly idle GPU) or "host" (judge.side)
     band_pct: float | None = None  # how far below the baseline it may fall before it regresses (same mode)
     band_why: str = ""
+    contended_in: list[str] = field(default_factory=list)  # reports whose fall a contended host explains (compare_host)
     # per report: the interval of its median from the timed windows it kept (None: none kept), and the interval of
     # its ratio to the baseline (None for the baseline, or without windows on both sides)
     intervals: list[Spread | None] = field(default_factory=list)
@@ -106,6 +107,7 @@ class Row:
             "measurements": dict(zip(labels, found, strict=True)),
             "status": self.status,
             "regressed_in": self.regressed_in,
+            "contended_in": self.contended_in,
             "side": self.side,
             "band_pct": self.band_pct,
             "band": self.band_why,

@@ -1,8 +1,10 @@
-"""How busy the host was while a run measured: load average before and after, CPU steal and busy time over it.
+"""How busy the host was while a run measured: load average before and after, CPU steal and busy time over it, the
+share of it under CPU pressure and a CPU calibration at its start and end (gpulab.report.contention).
 
 A report keeps one entry per run that added results (`Report.host_load`); `gpulab compare` reads them to judge
-host rows (a shared or stolen-from host widens their noise band). Linux's /proc/stat and os.getloadavg only:
-elsewhere the entry has no steal or busy figure.
+host rows (a shared or stolen-from host widens their noise band; a contended one's host rows are not regressions).
+Linux's /proc/stat, /proc/pressure/cpu and os.getloadavg only: elsewhere the entry has no steal, busy or pressure
+figure.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from gpulab.report.contention import PROC_PRESSURE_CPU, calibrate, contended, pressure_pct, read_pressure
 
 PROC_STAT = Path("/proc/stat")
 
@@ -41,31 +45,50 @@ def _loadavg() -> list[float]:
 
 
 class LoadWatch:
-    """Started before a run measures, `finish()`ed after it: the run's host-load entry."""
+    """Started before a run measures, `finish()`ed after it: the run's host-load entry. `calibrate_cpu`: time the CPU
+    calibration at the start and the end (about 0.3 s each); `pressure` is the PSI file to read."""
 
-    def __init__(self, what: str, stat: Path = PROC_STAT) -> None:
+    def __init__(
+        self, what: str, stat: Path = PROC_STAT, pressure: Path = PROC_PRESSURE_CPU, calibrate_cpu: bool = True
+    ) -> None:
         self.what = what
         self.stat = stat
+        self.pressure = pressure
+        self.calibration0 = calibrate() if calibrate_cpu else None  # before the clocks: its own work is not the run's
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
         self.load0 = _loadavg()
         self.times0 = _cpu_times(stat)
+        self.psi0 = read_pressure(pressure)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, calibrate_cpu: bool = True) -> dict[str, Any]:
+        """The entry from the start until now (the run may go on: a reading mid-run is an entry too); the end's
+        calibration only where the start had one and `calibrate_cpu`."""
+        seconds = time.monotonic() - self.t0
+        times1 = _cpu_times(self.stat)
+        psi1 = read_pressure(self.pressure)
         entry: dict[str, Any] = {
             "what": self.what,
             "started": self.started,
-            "seconds": round(time.monotonic() - self.t0, 1),
+            "seconds": round(seconds, 1),
             "cpus": os.cpu_count() or 1,
             "loadavg_start": self.load0,
             "loadavg_end": _loadavg(),
             "steal_pct": None,
             "busy_pct": None,
+            "cpu_pressure_pct": pressure_pct(self.psi0, psi1, seconds, "some"),
+            "cpu_pressure_full_pct": pressure_pct(self.psi0, psi1, seconds, "full"),
+            "calibration_start": self.calibration0,
+            "calibration_end": calibrate() if self.calibration0 is not None and calibrate_cpu else None,
         }
-        times1 = _cpu_times(self.stat)
         if self.times0 and times1:
             total = times1[0] - self.times0[0]
             if total > 0:
                 entry["steal_pct"] = round(min(100.0, max(0.0, (times1[2] - self.times0[2]) / total * 100)), 2)
                 entry["busy_pct"] = round(min(100.0, max(0.0, (1 - (times1[1] - self.times0[1]) / total) * 100)), 2)
         return entry
+
+    def contention_so_far(self, calibrate_cpu: bool = True) -> str | None:
+        """Whether the host has been contended since the start (gpulab.report.contention.contended), mid-run: why,
+        or None. With `calibrate_cpu` (and a calibration at the start) it times the calibration now (about 0.3 s)."""
+        return contended(self.finish(calibrate_cpu), now=True)

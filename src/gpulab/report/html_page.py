@@ -35,6 +35,8 @@ from gpulab.report.views import (
     has_baselines,
     headline_scaling,
     headline_speedups,
+    host_verdict,
+    host_verdict_text,
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
@@ -78,6 +80,8 @@ nav.toc a{white-space:nowrap}
 .verdict .word{font-weight:700;margin-right:.6rem}
 .v-pass{border-color:#2e7d32;background:#edf7ee}.v-fail{border-color:#c62828;background:#fdecea}
 .v-interrupted,.v-empty,.v-inconclusive{border-color:#e0a800;background:#fff8e1}
+.verdict.host{font-size:1rem}.h-quiet{border-color:#2e7d32}.h-not-measured{border-color:#999}
+.h-contended{border-color:#e0a800;background:#fff8e1}
 .run{color:#555;margin:.2rem 0 .8rem}
 .failure{border:1px solid #f1c4c4;border-left:.3rem solid #c62828;padding:.4rem .8rem;margin:.6rem 0}
 .failure p{margin:.3rem 0}
@@ -122,6 +126,7 @@ def _html_verdict(report: Report) -> str:
     word, _, detail = verdict_text(report).partition(": ")
     out = (
         f'<div class="verdict v-{verdict(report)}"><span class="word">{escape(word)}</span> {escape(detail)}</div>'
+        f"{_html_host_verdict(report)}"
         f'<p class="run">{escape(run_text(report))}</p>'
     )
     if stand_ins := stand_ins_text(report):
@@ -132,6 +137,12 @@ def _html_verdict(report: Report) -> str:
             "results are partial.</p>"
         )
     return out
+
+
+def _html_host_verdict(report: Report) -> str:
+    """The host's verdict beside the GPU verdict: quiet, contended (with its figures) or not measured."""
+    word, detail = host_verdict(report), host_verdict_text(report).removeprefix("host: ")
+    return f'<div class="verdict host h-{word.replace(" ", "-")}"><span class="word">host</span> {escape(detail)}</div>'
 
 
 def _html_failure(report: Report, c: Check) -> str:

@@ -20,6 +20,8 @@ from gpulab.report.views import (
     has_baselines,
     headline_scaling,
     headline_speedups,
+    host_verdict,
+    host_verdict_text,
     key_figure_groups,
     key_figure_headers,
     key_figure_row,
@@ -52,7 +54,9 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]
 
 
 def _md_verdict(report: Report) -> list[str]:
-    out = ["## Verdict", "", f"**{_md_cell(verdict_text(report))}**", "", _md_cell(run_text(report)), ""]
+    host = _md_cell(host_verdict_text(report))
+    out = ["## Verdict", "", f"**{_md_cell(verdict_text(report))}**", ""]
+    out += [f"**{host}**" if host_verdict(report) == "contended" else host, "", _md_cell(run_text(report)), ""]
     if stand_ins := stand_ins_text(report):
         out += [f"> **{_md_cell(stand_ins)}**", ""]
     if report.interrupted:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpulab.report import spread
+from gpulab.report import contention, spread
 from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.model import STATUSES, Check, Report, Result, Scaling, Speedup
 
@@ -388,6 +388,24 @@ def verdict_text(report: Report) -> str:
     if report.interrupted and bad:  # both matter: the failures and that more checks never ran
         text += "; the run was interrupted"
     return text
+
+
+def _host_verdict(report: Report) -> tuple[str, str]:
+    if report.fingerprint.get("host") is None:  # a capture: the load of the machine that judged it is not its host's
+        return "not measured", "host: not measured (judged from a capture)"
+    return contention.host_verdict(report.host_load)
+
+
+def host_verdict(report: Report) -> str:
+    """The host's verdict beside the GPU verdict: "contended", "quiet" or "not measured" (gpulab.report.contention);
+    it never turns the GPU verdict."""
+    return _host_verdict(report)[0]
+
+
+def host_verdict_text(report: Report) -> str:
+    """ "host: quiet — CPUs 1.2 % of the run under pressure, calibration steady (within 5 %), steal 0.0 %" or
+    "host: contended — <the figures>"."""
+    return _host_verdict(report)[1]
 
 
 def stand_ins_text(report: Report) -> str | None:

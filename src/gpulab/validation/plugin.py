@@ -172,7 +172,8 @@ def pytest_configure(config: pytest.Config) -> None:
         fp = discover(topo_file=opts.topo_file, probe_frameworks=True)
     else:
         fp = base  # a capture is judged on what it holds: nothing more is read from this machine
-    lab = Lab(options=opts, fingerprint=fp, gpus=gpus, occupancy=seen, cuda_visible=env)
+    worker = hasattr(config, "workerinput")  # the controller measures the host for the run
+    lab = Lab(options=opts, fingerprint=fp, gpus=gpus, occupancy=seen, cuda_visible=env, calibrate_cpu=not worker)
     if seen.busy:
         lab.messages.append(
             occupancy.busy_line(
@@ -479,9 +480,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line)
     path = config.stash.get(REPORT_PATH_KEY, None)
     if path is not None:
+        from gpulab.report.views import host_verdict_text, verdict_text
+
         counts = lab.counts()
         shown = ", ".join(f"{counts[s]} {s}" for s in ("pass", "marginal", "fail", "error", "skip") if counts[s])
         tr.write_line(shown or "no checks ran")
+        # Two verdicts side by side: the GPUs' (the checks) and the host's (contention measured over the run)
+        tr.write_line(f"verdict: {verdict_text(lab.report)} · {host_verdict_text(lab.report)}")
         tr.write_line(f"report: {path}")
 
 

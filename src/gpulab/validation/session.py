@@ -115,10 +115,20 @@ class Lab:
     # What else occupied the selected GPUs before the run started its own GPU work (None: not looked at).
     occupancy: Occupancy | None = None
     cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES as the run found it (None: unset, or a capture)
+    # Time the CPU calibration at the start and the end (not in an xdist worker, nor when judging a capture)
+    calibrate_cpu: bool = True
 
     def __post_init__(self) -> None:
         self.report = Report(fingerprint=self.fingerprint.to_dict(), tier=self.options.tier)
-        self.load = LoadWatch(f"validation, tier {self.options.tier}")
+        calibrate = self.calibrate_cpu and self.options.from_xml is None
+        self.load = LoadWatch(f"validation, tier {self.options.tier}", calibrate_cpu=calibrate)
+
+    def host_contention(self, calibrate_cpu: bool = True) -> str | None:
+        """Whether the host has been contended since the run started, mid-run (gpulab.report.contention): why, or
+        None. A check can decline to judge host and host-bound rows while it is. `calibrate_cpu` times the CPU
+        calibration now (about 0.3 s) to compare with the start's; without it, CPU pressure and steal so far only
+        (the run's own CPU rows count in those)."""
+        return self.load.contention_so_far(calibrate_cpu)
 
     @property
     def hostname(self) -> str:
@@ -184,10 +194,6 @@ class Lab:
             self.report.add_threshold(exp.threshold)
         self.report.results.append(result)
         return exp
-
-    def host_contention(self) -> str | None:
-        """Why this host is contended so far in the run (CPU pressure, steal, a slower calibration), or None."""
-        return None
 
     def finish(self, interrupted: bool, command: str) -> Report:
         from gpulab.report import scaling
