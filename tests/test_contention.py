@@ -63,12 +63,22 @@ def test_the_rule_names_the_figures_that_crossed_a_threshold():
         "CPUs 43 % of the run under pressure, calibration on 16 threads 2.11× slower at the end, steal 0.4 %"
     )
     assert contended(_entry(cpu_pressure_pct=contention.PRESSURE_PCT)) is not None
-    assert contended(_entry(cpu_pressure_pct=9.9)) is None
+    assert contended(_entry(cpu_pressure_pct=4.9)) is None
     assert contended(_entry(steal_pct=6.0)) == "steal 6.0 %"
+    # A calibration slower at one end is named among the figures, never judged alone: a quiet 2x H200 guest's read
+    # 1,506 then 572 M values/s over one healthy run.
     slow_start = _entry(calibration_start=dict(QUIET_CAL, all_threads=1000), calibration_end=QUIET_CAL)
-    assert "1.79× slower at the start" in (contended(slow_start) or "")
-    within = _entry(calibration_start=QUIET_CAL, calibration_end=dict(QUIET_CAL, all_threads=1790 / 1.24))
-    assert contended(within) is None
+    assert contended(slow_start) is None and "1.79× slower at the start" in figures(slow_start)
+
+
+def test_cpus_filled_by_others_are_contention_without_pressure():
+    """Beside 32 busy loops on 32 CPUs (recorded on a 2x H200 guest): 6.4 % pressure, 99.97 % busy, load 25."""
+    hog = _entry(cpus=32, cpu_pressure_pct=6.39, busy_pct=99.97, loadavg_end=[25.06, 8.9, 3.35])
+    assert contended(hog).startswith("CPUs 100 % busy, load 25.1 on 32 CPUs at the end")
+    quiet = _entry(cpus=32, cpu_pressure_pct=0.08, busy_pct=6.12, loadavg_end=[2.46, 1.25, 0.52])
+    assert contended(quiet) is None
+    busy_own = _entry(cpus=32, cpu_pressure_pct=0.1, busy_pct=80.0, loadavg_end=[8.0])  # its own all-thread rows
+    assert contended(busy_own) is None
     # the one-thread figure is recorded, not judged: it moves 1.7× on a quiet VM
     assert contended(_entry(calibration_start=QUIET_CAL, calibration_end=dict(QUIET_CAL, one_thread=40.0))) is None
 

@@ -219,18 +219,24 @@ PLAIN_LOAD = {
     "what": "validate",
     "seconds": 120.0,
     "cpus": 32,
-    "loadavg_start": [33.1, 20.0, 9.0],
-    "loadavg_end": [34.0, 30.2, 15.1],
+    "loadavg_start": [0.3, 0.1, 0.0],
+    "loadavg_end": [2.5, 1.3, 0.5],
     "steal_pct": 0.0,
-    "busy_pct": 99.2,
+    "busy_pct": 6.1,
 }
 
 
 def test_cpuhog_not_held_while_reports_name_no_contention():
     exp = vh.expect_cpuhog(run(speedup_only([PLAIN_LOAD])))
     assert exp["held"] is False
-    assert exp["why"] == "host contention not named (no contention field, no host verdict; busy 99 % of CPU time)"
-    assert exp["contention"]["busy_pct"] == [99.2]
+    assert exp["why"] == "host contention not named (no contention field, no host verdict; busy 6 % of CPU time)"
+    assert exp["contention"]["busy_pct"] == [6.1]
+
+
+def test_cpuhog_held_by_gpulabs_own_rule_on_cpus_filled_by_others():
+    busy = {**PLAIN_LOAD, "busy_pct": 99.97, "loadavg_end": [25.06, 8.9, 3.35], "cpu_pressure_pct": 6.39}
+    exp = vh.expect_cpuhog(run(speedup_only([busy])))
+    assert exp["held"] is True and "gpulab contention rule" in exp["contention"]["where"]
 
 
 @pytest.mark.parametrize(

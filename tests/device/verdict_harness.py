@@ -293,6 +293,15 @@ def host_contention(run: dict[str, Any]) -> dict[str, Any]:
             if c["status"] in ("fail", "marginal") or _says_contended("", c["message"]):
                 named.append(f"check {c['name']}")
     loads = run["host_load"]
+    try:  # gpulab's own rule (src/ on the path), when this gpulab has it
+        from gpulab.report.contention import report_contention
+
+        reason = report_contention([e for e in loads if isinstance(e, dict)])
+    except ImportError:
+        reason = None
+    if reason:
+        fields["gpulab contention rule"] = reason
+        named.append("gpulab contention rule")
     return {
         "named": bool(named),
         "where": named,

@@ -350,6 +350,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     status = _status(rep)
     if status == "pass" and judged is not None and judged.status == "marginal":
         status = "marginal"  # the test passed (marginal fails nothing) but the report says what it was
+    if status == "fail" and judged is not None and judged.status == "error":
+        status = "error"  # a measurement that could not judge (a fault of the measurement), not a failed GPU
     message = _message(rep) if status not in ("pass", "marginal") else (judged.message if judged else "passed")
     check = Check(
         name=judged.name if judged else _check_name(item),
