@@ -357,7 +357,7 @@ def test_summary_ok_only_when_every_healthy_run_passed_and_every_expectation_hel
 
     bad = vh.summarize(healthy, {"cotenant": cotenant, "cpuhog": cpuhog, "gpumem": gpumem}, GPU1, {"host": "h"})
     assert bad["ok"] is False
-    assert bad["reasons"] == ["cpuhog: host contention not named (no contention field, no host verdict; busy 99 % "
+    assert bad["reasons"] == ["cpuhog: host contention not named (no contention field, no host verdict; busy 6 % "
                               "of CPU time)"]  # fmt: skip
     assert [n for n, f in bad["faults"].items() if f["expectation"]["held"]] == ["cotenant", "gpumem"]
 
