@@ -31,9 +31,9 @@ harness.md (the same as tables, also printed at the end), and per run <run>/: th
 .html), run.json (the suite's --record), pytest.txt, and the fault load's log. Both summaries are rewritten after
 every run, so a stopped harness leaves what it measured.
 
-How long: a standard run took 140 s on one H100 and 305 s on two (tests/fixtures/reports), so on 2 GPUs the three
-healthy runs take about 15 minutes, cotenant about 4 (probes and scaling), cpuhog about 3 (speedup's CPU rows run
-beside the busy loops), gpumem under 1: about 23 minutes in all. --quick (quick tier, 1 healthy run, quick subsets)
+How long: on 2x H200 (2026-11-27) a standard run took 285-316 s, the cotenant run (occupancy and probes) 78 s,
+gpumem 7 s, cpuhog (probes and the one-GPU rows beside the busy loops) over 80 s: the three healthy runs and the
+faults take about 20 minutes, more than one 10-minute device command: split them with --healthy and --faults. --quick (quick tier, 1 healthy run, quick subsets)
 takes a few minutes.
 
 Exit status: 0 when every healthy run ended PASS (marginal checks allowed; they are listed with their messages) and
