@@ -31,7 +31,9 @@ def test_allreduce_over_gloo_is_correct():
     r = run_allreduce(2, mib=4, iters=3)
     assert r.launcher == ("nccl" if torch.cuda.is_available() else "gloo")
     assert r.n == 2 and r.params["correct"] is True
+    # the median window's bus bandwidth, each window as long as its slowest rank
     assert r.value == pytest.approx(bus_bandwidth(r.params["algbw_gbs"], 2))
+    assert len(r.spread.windows) == 3 and r.spread.low <= r.value <= r.spread.high
 
 
 def test_bus_bandwidth_formula():
@@ -142,3 +144,21 @@ def test_nccl_tests_wrong_results_and_foreign_json():
     data["results"] = []
     with pytest.raises(GpulabError, match="has no results"):
         parse_all_reduce_json(data)
+
+
+def test_a_probes_likely_causes_never_name_a_cause_whose_checks_passed():
+    from gpulab.probes import judge
+    from gpulab.report.model import Check
+
+    checks = [
+        Check("health.pcie_link[0]", "pass", "gen5 x16"),
+        Check("health.pcie_link[1]", "pass", "gen5 x16"),
+        Check("occupancy.gpus_free", "fail", "GPU 1 in use"),
+    ]
+    text = judge.likely_causes("h2d_pinned", checks)
+    likely, ruled_out = text.split(". Ruled out by this report: ")
+    assert "PCIe link" not in likely and "PCIe link below its max gen/width (health.pcie_link passed)" in ruled_out
+    assert "NUMA" in likely and "IOMMU" in likely
+    matmul = judge.likely_causes("matmul", checks)
+    assert "another process on the GPU" in matmul.split(". Ruled out")[0]  # occupancy failed: still likely
+    assert "Ruled out" not in judge.likely_causes("matmul", [])  # nothing measured yet rules nothing out

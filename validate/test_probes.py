@@ -28,7 +28,8 @@ def judged(lab, measure, what):
     result = measure(1)
     exp = lab.record_result(result)
     return remeasure.settle(
-        lambda: judge.check(result, exp, what), lambda: remeasure.merge_into(result, measure(remeasure.AGAIN_FACTOR))
+        lambda: judge.check(result, exp, what, lab.report.checks),
+        lambda: remeasure.merge_into(result, measure(remeasure.AGAIN_FACTOR)),
     )
 
 
@@ -89,7 +90,7 @@ def test_matmul(lab, gpu, verdict, precision, matmul_row, size):
     device = f"cuda:{lab.gpus.index(gpu)}"
     verdict(
         remeasure.settle(
-            lambda: judge.check(result, lab.expectation_for(result), f"{precision} matmul"),
+            lambda: judge.check(result, lab.expectation_for(result), f"{precision} matmul", lab.report.checks),
             lambda: remeasure.merge_into(result, torch_probes.matmul(device, precision, size.again())),
         )
     )

@@ -33,8 +33,8 @@ every run, so a stopped harness leaves what it measured.
 
 How long: on 2x H200 (2026-11-27) a standard run took 285-316 s, the cotenant run (occupancy and probes) 78 s,
 gpumem 7 s, cpuhog (probes and the one-GPU rows beside the busy loops) over 80 s: the three healthy runs and the
-faults take about 20 minutes, more than one 10-minute device command: split them with --healthy and --faults. --quick (quick tier, 1 healthy run, quick subsets)
-takes a few minutes.
+faults take about 20 minutes, more than one 10-minute device command: split them with --healthy and --faults.
+--quick (quick tier, 1 healthy run, quick subsets) takes a few minutes.
 
 Exit status: 0 when every healthy run ended PASS (marginal checks allowed; they are listed with their messages) and
 every fault expectation held; 1 otherwise; 2 for bad arguments; 130 when stopped by Ctrl-C or SIGTERM.

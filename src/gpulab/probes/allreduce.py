@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -61,18 +62,19 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
         sync()
         dist.barrier()
         windows.append((time.perf_counter() - start) / size)
-    per_iter = sorted(windows)[len(windows) // 2]
     # Every rank must agree: a sum of ones over `world` ranks, applied (3 + iters) times, grows as world**k.
     # Reset and check one reduction so a broken transport cannot report a fast, wrong result.
     buf.fill_(1.0)
     dist.all_reduce(buf)
     sync()
     correct = bool(torch.all(buf == world).item())
-    times: list[float] = [0.0] * world
-    dist.all_gather_object(times, per_iter)
+    gathered: list[list[float]] = [[] for _ in range(world)]
+    dist.all_gather_object(gathered, windows)
     if rank == 0:
-        slowest = max(times)
-        algbw = numel * 4 / slowest / 1e9
+        # each window as long as its slowest rank; the figure is the median window's
+        slowest_windows = [max(ws) for ws in zip(*gathered, strict=True)]
+        algbw = statistics.median(numel * 4 / t / 1e9 for t in slowest_windows)
+        slowest = numel * 4 / algbw / 1e9
         payload = {
             "world": world,
             "backend": dist.get_backend(),
@@ -82,7 +84,7 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
             "algbw_gbs": algbw,
             "busbw_gbs": bus_bandwidth(algbw, world),
             "correct": correct,
-            "window_seconds_per_iter": windows,
+            "window_seconds_per_iter": slowest_windows,
             "devices": [f"cuda:{i}" for i in range(world)] if use_cuda else ["cpu"] * world,
         }
         write_json_atomic(out, payload)

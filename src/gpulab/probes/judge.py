@@ -7,6 +7,7 @@ fault (a slow link, a throttled or broken GPU) does not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpulab import names
@@ -106,19 +107,55 @@ def slower_than_siblings(values: dict[str, float], min_ratio: float = 0.9) -> di
     return {dev: v / median for dev, v in values.items() if median > 0 and v / median < min_ratio}
 
 
-# What usually makes each probe fall short, for the failure message.
-CAUSES = {
-    "matmul": "clocks throttled (power cap, temperature), another process on the GPU, or a lowered power limit",
-    "copy_d2d": "memory clock below max, ECC/row-remap trouble, or another process using the GPU",
-    "h2d_pinned": "PCIe link below its max gen/width, the GPU on the far NUMA node, or an IOMMU in translation "
-    "mode (use iommu=pt)",
-    "d2h_pinned": "as host-to-device: link width/gen, NUMA placement, IOMMU mode",
-    "allreduce": "no NVLink/P2P between the GPUs (traffic through host memory), or NCCL falling back to sockets",
+# What usually makes each probe fall short, for the failure message: (cause, the health checks that would show it,
+# by name prefix). A cause whose checks all passed in the same report is named as ruled out, never as likely.
+CAUSES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "matmul": (
+        ("clocks throttled (power cap, temperature)", ("health.thermal", "health.idle_throttle")),
+        ("another process on the GPU", ("occupancy.gpus_free",)),
+        ("a lowered power limit", ("health.idle_throttle",)),
+    ),
+    "copy_d2d": (
+        ("memory clock below max", ()),
+        ("ECC/row-remap trouble", ("health.ecc", "health.memory_retirement")),
+        ("another process using the GPU", ("occupancy.gpus_free",)),
+    ),
+    "h2d_pinned": (
+        ("PCIe link below its max gen/width", ("health.pcie_link",)),
+        ("the GPU on the far NUMA node", ()),
+        ("an IOMMU in translation mode (use iommu=pt)", ()),
+    ),
+    "d2h_pinned": (
+        ("PCIe link below its max gen/width", ("health.pcie_link",)),
+        ("NUMA placement", ()),
+        ("IOMMU mode", ()),
+    ),
+    "allreduce": (
+        ("no NVLink/P2P between the GPUs (traffic through host memory)", ("probe.p2p",)),
+        ("NCCL falling back to sockets", ()),
+    ),
 }
 
 
-def check(result: Result, exp: Expectation | None, what: str) -> Check:
-    """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes."""
+def likely_causes(workload: str, checks: Sequence[Check] = ()) -> str:
+    """ "Likely causes: …" for a probe's shortfall, leaving out as "ruled out" a cause whose checks passed here."""
+    causes = CAUSES.get(workload)
+    if not causes:
+        return "Likely causes: see the GPU health checks"
+    ruled_out, left = [], []
+    for cause, prefixes in causes:
+        found = [c for c in checks if prefixes and c.name.startswith(prefixes) and c.status != "skip"]
+        if found and all(c.status == "pass" for c in found):
+            ruled_out.append(f"{cause} ({', '.join(sorted({c.name.split('[')[0] for c in found}))} passed)")
+        else:
+            left.append(cause)
+    text = "Likely causes: " + (", ".join(left) if left else "none this report can name: see the telemetry")
+    return text + (f". Ruled out by this report: {'; '.join(ruled_out)}" if ruled_out else "")
+
+
+def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[Check] = ()) -> Check:
+    """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes. `checks`
+    are the report's checks so far: a failure's likely causes leave out what they show is fine."""
     cpu = f"cpu, {result.n} threads" if result.launcher == "cpu" else None
     where = cpu or result.device or f"{result.n} devices"
     shown = f"{what} on {where}: {result.value:.1f} {result.unit}"
@@ -153,5 +190,4 @@ def check(result: Result, exp: Expectation | None, what: str) -> Check:
         )
     if where_pct == "above" or (where_pct is None and result.pct_of_spec >= bound.value):
         return Check(name, "pass", message, evidence, threshold=bound.name)
-    causes = CAUSES.get(result.workload, "see the GPU health checks")
-    return Check(name, "fail", f"{message}. Likely causes: {causes}", evidence, threshold=bound.name)
+    return Check(name, "fail", f"{message}. {likely_causes(result.workload, checks)}", evidence, threshold=bound.name)
