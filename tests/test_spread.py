@@ -165,3 +165,10 @@ def test_ddp_one_and_two_processes_interleaved_in_one_real_job(monkeypatch):
     assert two.params["world"] == 2 and one.params["world"] == 1
     # two ranks each consume a batch per step: twice the samples a window
     assert two.params["global_batch"] == 8
+
+
+def test_a_rows_value_is_the_authority_over_windows_that_disagree_with_it():
+    row = _row(100.0, [98.0, 99.0, 100.0, 101.0, 102.0])
+    assert spread.windows_of(row) == row.spread.windows
+    row.value *= 100  # a hand-edited baseline: its windows were left as they were
+    assert spread.windows_of(row) == pytest.approx([9800.0, 9900.0, 10000.0, 10100.0, 10200.0])

@@ -71,7 +71,7 @@ def test_no_gpu_machine_passes_with_cpu_results_and_a_verdict(tmp_path):
     assert load["calibration_start"]["all_threads"] > 0 and load["calibration_end"]["all_threads"] > 0
     assert re.search(r"^verdict: PASS: .* · host: (quiet|contended) — ", out, re.M), out
     # The run's record: what a tool that started the run reads instead of the output above.
-    counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip", "error")}
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip", "error", "marginal")}
     assert json.loads(record.read_text()) == {
         "schema": "gpulab.run-record/1",
         "host": socket.gethostname(),
@@ -96,7 +96,7 @@ def test_the_record_holds_a_failed_runs_exit_status_and_replaces_an_older_one(tm
     assert proc.returncode == 1, proc.stdout
     data = json.loads(record.read_text())
     assert data["exit_status"] == 1 and data["interrupted"] is False and data["host"] == "captured: nvidia-smi-q-x.xml"
-    assert data["counts"] == {"pass": 0, "fail": 1, "skip": 0, "error": 0}
+    assert data["counts"] == {"pass": 0, "fail": 1, "skip": 0, "error": 0, "marginal": 0}
     assert data["report"]["json"] == str(reports[0])
 
 

@@ -121,7 +121,7 @@ def interval(results: Sequence[Result]) -> Spread | None:
     """The interval of a report's median for a row, when its measurements kept their windows."""
     if not results or any(r.spread is None for r in results):
         return None
-    return spread.of_windows(windows(results), results[0].unit)
+    return spread.of_windows(windows(results), results[0].unit)  # windows_of: scaled to each row's value
 
 
 def ratio_interval(base: Sequence[Result], other: Sequence[Result]) -> Spread | None:

@@ -101,8 +101,15 @@ def scaled(spread: Spread, factor: float, unit: str | None = None) -> Spread:
 
 
 def windows_of(result: Result) -> list[float]:
-    """A row's windows; a row timed as one window (an older report, a TensorFlow run) is its one value."""
-    return list(result.spread.windows) if result.spread is not None else [result.value]
+    """A row's windows; a row timed as one window (an older report, a TensorFlow run) is its one value. The row's
+    value is the authority: windows whose median disagrees with it (a hand-edited or transcribed report) are scaled
+    to it."""
+    if result.spread is None:
+        return [result.value]
+    median = result.spread.median
+    if median > 0 and abs(result.value / median - 1) > 1e-9:
+        return [w * result.value / median for w in result.spread.windows]
+    return list(result.spread.windows)
 
 
 def position(spread: Spread, bound: float) -> Position:
