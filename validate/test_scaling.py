@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
+from gpulab.launch.common import WINDOWS
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
 from gpulab.validation.expectations import scaling_plans
@@ -27,7 +28,7 @@ def plans(nvlink=True, precision_plan=None):
 
 def _ddp(cfg, n, rounds):
     """DDP 1 vs n in one job: (one-GPU row, n-GPU row), `rounds` times the plan's steps and windows each."""
-    return run_ddp_pair(replace(cfg, steps=cfg.steps * rounds if cfg.steps else None), n, windows=8 * rounds)
+    return run_ddp_pair(replace(cfg, steps=cfg.steps * rounds if cfg.steps else None), n, windows=WINDOWS * rounds)
 
 
 @pytest.mark.multi_gpu

@@ -117,16 +117,21 @@ def windows(results: Sequence[Result]) -> list[float]:
     return [w for r in results for w in spread.windows_of(r)]
 
 
+def kept_windows(results: Sequence[Result]) -> bool:
+    """Whether every measurement of a row kept its timed windows."""
+    return bool(results) and all(r.spread is not None for r in results)
+
+
 def interval(results: Sequence[Result]) -> Spread | None:
     """The interval of a report's median for a row, when its measurements kept their windows."""
-    if not results or any(r.spread is None for r in results):
+    if not kept_windows(results):
         return None
     return spread.of_windows(windows(results), results[0].unit)  # windows_of: scaled to each row's value
 
 
 def ratio_interval(base: Sequence[Result], other: Sequence[Result]) -> Spread | None:
     """The interval of other / base from both sides' windows; None unless both kept windows."""
-    if interval(base) is None or interval(other) is None:
+    if not (kept_windows(base) and kept_windows(other)):
         return None
     return spread.of_ratio(windows(other), windows(base))
 

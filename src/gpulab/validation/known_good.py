@@ -239,12 +239,13 @@ def judge(
         known = "; ".join(models())
         missing = "no known-good row for this configuration" if model in models() else f"{model} has no known-good rows"
         return Check(name, "skip", f"{missing} (known: {known}): judged against the datasheet and the CPU only")
-    pct = spread.scaled(spread.of_windows(spread.windows_of(result), result.unit), 100 / row.value, "%")
+    figure = spread.of_windows(spread.windows_of(result), result.unit)
+    pct = spread.scaled(figure, 100 / row.value, "%")
     result.params["known_good"] = {"value": row.value, "pct": round(pct.median, 1), "source": row.source}
     runs = f"runs {min(row.runs):,.0f}–{max(row.runs):,.0f} ({len(row.runs)})" if row.runs else "one run"
     message = (
         f"{result.workload} {result.launcher}×{result.n} {result.precision}: "
-        f"{spread.text(spread.of_windows(spread.windows_of(result)), lambda v: f'{v:,.0f}')} {result.unit} = "
+        f"{spread.text(figure, lambda v: f'{v:,.0f}')} {result.unit} = "
         f"{pct.median:.0f} % [{pct.low:.0f}–{pct.high:.0f}] of known-good {row.value:,.0f} "
         f"({row.gpu_model}, {runs}, {row.source.split(':')[0]})"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpulab.launch.advice import gpu_busy_advice
 from gpulab.report import spread
 from gpulab.report.model import Check, Result, Spread, Threshold
@@ -63,6 +65,11 @@ def gpu_over_cpu(lab: Lab, gpu: Result, cpu_rows: list[Result]) -> Check:
     )
 
 
+def _throttles(gpu: dict[str, Any]) -> list[str]:
+    """A GPU's telemetry throttle reasons that slow work (idle and an application clock setting do not)."""
+    return sorted(set(gpu.get("throttle_reasons") or []) - {"gpu_idle", "applications_clocks_setting"})
+
+
 def likely_cause(result: Result) -> str:
     """Read the run's telemetry for the usual reasons a GPU falls short."""
     tel = result.telemetry
@@ -73,9 +80,9 @@ def likely_cause(result: Result) -> str:
     busy = gpu_busy_advice(result)
     if busy:
         causes.append(busy)
-    throttles = set(gpu.get("throttle_reasons") or []) - {"gpu_idle", "applications_clocks_setting"}
+    throttles = _throttles(gpu)
     if throttles:
-        causes.append("clocks throttled by " + ", ".join(sorted(throttles)))
+        causes.append("clocks throttled by " + ", ".join(throttles))
     return "Likely: " + "; ".join(causes) if causes else "Telemetry shows a busy, unthrottled GPU: check the PCIe link."
 
 
@@ -149,16 +156,15 @@ def scaling_hint(lab: Lab, many: Result | None) -> str:
             left.append(f"{what} (not measured in this run)")
     tel = many.telemetry if many is not None else None
     for gpu in tel.per_gpu if tel is not None else []:
-        throttles = set(gpu.get("throttle_reasons") or []) - {"gpu_idle", "applications_clocks_setting"}
+        throttles = _throttles(gpu)
         if throttles:
-            left.append(f"GPU {gpu.get('index')} throttled by {', '.join(sorted(throttles))}")
+            left.append(f"GPU {gpu.get('index')} throttled by {', '.join(throttles)}")
         util = gpu.get("util_mean")
         if isinstance(util, (int, float)) and util < 80:
             left.append(f"GPU {gpu.get('index')} only {util:.0f} % busy: the input pipeline or the host")
-    contention = getattr(lab, "host_contention", None)
-    reason = contention() if callable(contention) else None
+    reason = lab.host_contention()
     if reason:
-        left.append(str(reason))
+        left.append(f"the host contended: {reason}")
     text = ""
     if ruled_out:
         text += "Ruled out by this report: " + "; ".join(ruled_out) + ". "
