@@ -42,9 +42,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def study_variants(path: Path) -> list[str]:
-    import yaml
+    from gpulab.paths import load_yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text()) or {}
     return [str(v) for v in (data.get("variants") or {})]
 
 
