@@ -319,7 +319,7 @@ def _limited_loader() -> type:
     class LimitedLoader(yaml.SafeLoader):
         aliases = nodes = depth = 0
 
-        def compose_node(self, parent: object, index: object) -> object:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
                 self.aliases += 1
                 if self.aliases > YAML_MAX_ALIASES:
@@ -331,12 +331,12 @@ def _limited_loader() -> type:
             try:
                 if self.depth > YAML_MAX_DEPTH:
                     raise yaml.YAMLError(f"nested more than {YAML_MAX_DEPTH} levels deep (the limit)")
-                return super().compose_node(parent, index)  # type: ignore[misc]
+                return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
 
-        def compose_document(self) -> object:
-            node = super().compose_document()  # type: ignore[misc]
+        def compose_document(self) -> yaml.Node | None:
+            node = super().compose_document()
             if _expanded_size(node, {}, set()) > YAML_MAX_NODES:
                 raise yaml.YAMLError(
                     f"its aliases expand to more than {YAML_MAX_NODES} values (the limit); write the values out"
@@ -346,7 +346,7 @@ def _limited_loader() -> type:
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
             seen: set[object] = set()
             for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+                key = self.construct_object(key_node, deep=deep)
                 try:
                     repeated = key in seen
                 except TypeError:  # an unhashable key: the base class reports it

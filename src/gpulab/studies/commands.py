@@ -44,7 +44,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def study_variants(path: Path) -> list[str]:
     from gpulab.paths import load_yaml
 
-    data = load_yaml(path.read_text()) or {}
+    data = load_yaml(path.read_text())
+    if not isinstance(data, dict):
+        return []
     return [str(v) for v in (data.get("variants") or {})]
 
 
