@@ -150,6 +150,34 @@ def read_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
     return frame(rows)
 
 
+def _json_rows(study_dir: Path) -> list[dict[str, Any]]:
+    """database.json's rows, then the saved rows of runs it does not hold (no pickles read)."""
+    path = Path(study_dir) / DATABASE_JSON
+    rows: list[dict[str, Any]] = []
+    if path.exists() or path.is_symlink():
+        data = _read_json_rows(path, "the study database", MAX_DATABASE_BYTES)
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise GpulabError(f"{path} is not a list of rows; the file is damaged: move it away")
+        rows = data
+    return rows + _saved_rows(Path(study_dir), {str(r.get("_pset_id")) for r in rows})
+
+
+def merge_database(study_dir: Path, df: Any) -> Any:
+    """Write the database as every row the directory holds (database.json, each run's row.json) joined with `df`'s
+    (a run's row in `df` replaces the same run's on disk): a session's view never drops a row another session or
+    a run that finished late added. Returns the rows written."""
+    mine = records(df)
+    by_id = {str(r["_pset_id"]): r for r in mine if r.get("_pset_id") is not None}
+    merged = []
+    for row in _json_rows(study_dir):
+        key = row.get("_pset_id")
+        merged.append(by_id.pop(str(key)) if key is not None and str(key) in by_id else row)
+    merged += [r for r in mine if r.get("_pset_id") is None or str(r["_pset_id"]) in by_id]
+    out = frame(merged)
+    write_database(study_dir, out)
+    return out
+
+
 def write_database(study_dir: Path, df: Any) -> None:
     """database.json, then psweep's database.pk of the same rows; each written whole or not at all."""
     rows = records(df)
