@@ -134,12 +134,13 @@ def test_default_report_path(tmp_path):
     assert default_report_path(tmp_path, "h").name.startswith("report-h-")
 
 
-def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path):
+def test_an_atomic_write_through_a_symbolic_link_is_refused_and_the_file_it_names_kept(tmp_path):
     real = tmp_path / "kept" / "page.html"
     real.parent.mkdir()
     real.write_text("old")
     link = tmp_path / "page.html"
     link.symlink_to(real)
-    atomic_write_text(link, "new")
-    assert link.is_symlink() and real.read_text() == "new"
+    with pytest.raises(GpulabError, match="is a symbolic link"):
+        atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "old"
     assert sorted(p.name for p in real.parent.iterdir()) == ["page.html"]  # no temporary file left

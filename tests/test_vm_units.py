@@ -435,7 +435,7 @@ def test_spec_files_that_cannot_be_a_spec(tmp_path):
         (b'[vm]\nname = "x"\n', "is not valid YAML: expected '<document start>'"),  # TOML
         (b'{"name": "vm1", "vcpus": 2', "is not valid YAML: expected ',' or '}'"),  # broken JSON
         (b"name: a\x00b\n", "unacceptable character #x0000"),
-        (b"[" * 100000, "nested too deeply"),
+        (b"[" * 100000, "nested more than 64 levels deep"),
         (b"- a list\n- of things\n", "must be a mapping of keys (name, vcpus, memory_mib, ...), not a list"),
         (b"just some text\n", "must be a mapping of keys (name, vcpus, memory_mib, ...), not text"),
         (b"", "is empty; write a mapping of keys"),

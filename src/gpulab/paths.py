@@ -10,6 +10,7 @@ Every problem is a GpulabError that names the file, what is wrong and what to do
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -181,6 +182,7 @@ class Output(NamedTuple):
     what: str  # how the message names it: "--md", "the Markdown view"
     name: str = "out"  # a file name to suggest when `path` is a directory: "report.md"
     fix: str = "choose another path"  # the advice when `path` is an input
+    follow_link: bool = False  # only `run --report`, which appends to the file a link names by design
 
 
 def check_output(out: Output, inputs: Iterable[Path | str] = (), kind: str = "file") -> Path:
@@ -192,6 +194,8 @@ def check_output(out: Output, inputs: Iterable[Path | str] = (), kind: str = "fi
             raise OutputPathError(
                 f"{what} {path} is the input {kind} {source}; writing it would destroy the {kind}: {out.fix}"
             )
+    if not out.follow_link:  # checked before any work, so no run is thrown away at the end
+        refuse_link(path, what)
     try:
         st: os.stat_result | None = path.stat()
     except (FileNotFoundError, NotADirectoryError):  # an ancestor that is a file is named below
@@ -230,3 +234,155 @@ def output_dir(path: Path | str, what: str) -> Path:
         raise OutputPathError(f"{what} {path} is a file, not a directory; choose a directory")
     _creatable(path, what, path)
     return path
+
+
+# -- symbolic links ------------------------------------------------------------------------------------------
+def link_refusal(path: Path | str, what: str = "") -> OutputPathError:
+    """The one-line refusal of an output that is a symbolic link (a link planted in a shared directory would
+    otherwise turn the write onto whatever file it names)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    label = f"{what} {shown(path)}" if what else shown(path)
+    return OutputPathError(
+        f"{label} is a symbolic link (to {shown(target)}): write to the target itself or remove the link"
+    )
+
+
+def refuse_link(path: Path | str, what: str = "") -> Path:
+    """Raise OutputPathError when the output `path` itself is a symbolic link; returns it as a Path."""
+    if os.path.islink(path):
+        raise link_refusal(path, what)
+    return Path(path)
+
+
+def open_output(path: Path | str, mode: int = 0o644) -> int:
+    """A descriptor for writing `path` from its start, never through a symbolic link (O_NOFOLLOW), for outputs
+    that are not written through a temporary file and a rename."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP and os.path.islink(path):
+            raise link_refusal(path) from None
+        raise OutputPathError(f"cannot write {os_error_reason(err, shown(path))}") from None
+
+
+# -- parsing with limits -------------------------------------------------------------------------------------
+YAML_MAX_ALIASES = 100  # a real study file or VM spec uses a handful; an alias bomb needs many
+YAML_MAX_DEPTH = 64
+YAML_MAX_NODES = 200_000
+JSON_MAX_DEPTH = 200
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object or YAML mapping that gives one key twice (the parsers would keep the last one silently)."""
+
+
+def unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """json's object_pairs_hook that refuses a key given twice in one object."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+def json_depth_over(value: object, limit: int = JSON_MAX_DEPTH) -> bool:
+    """Whether parsed JSON nests deeper than `limit` (walked without recursion)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def load_yaml(text: str) -> object:
+    """YAML parsed by PyYAML's safe loader with limits: at most YAML_MAX_ALIASES aliases, YAML_MAX_NODES nodes
+    and YAML_MAX_DEPTH levels of nesting (an alias bomb or a deep document is refused before it is built), and no
+    key given twice in one mapping. Problems raise yaml.YAMLError, whose message names the limit."""
+    import yaml
+
+    return yaml.load(text, Loader=_limited_loader())  # a SafeLoader subclass
+
+
+@functools.lru_cache(maxsize=1)
+def _limited_loader() -> type:
+    import yaml
+
+    class LimitedLoader(yaml.SafeLoader):
+        aliases = nodes = depth = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > YAML_MAX_ALIASES:
+                    raise yaml.YAMLError(f"more than {YAML_MAX_ALIASES} aliases (the limit); write the values out")
+            self.nodes += 1
+            if self.nodes > YAML_MAX_NODES:
+                raise yaml.YAMLError(f"more than {YAML_MAX_NODES} values (the limit)")
+            self.depth += 1
+            try:
+                if self.depth > YAML_MAX_DEPTH:
+                    raise yaml.YAMLError(f"nested more than {YAML_MAX_DEPTH} levels deep (the limit)")
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def compose_document(self) -> yaml.Node | None:
+            node = super().compose_document()
+            if _expanded_size(node, {}, set()) > YAML_MAX_NODES:
+                raise yaml.YAMLError(
+                    f"its aliases expand to more than {YAML_MAX_NODES} values (the limit); write the values out"
+                )
+            return node
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                except TypeError:  # an unhashable key: the base class reports it
+                    break
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return LimitedLoader
+
+
+def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values a composed YAML node holds once its aliases are written out (each shared node counted
+    once per use); a node that holds itself counts as too many. Depth is bounded by YAML_MAX_DEPTH."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        return YAML_MAX_NODES + 1
+    open_nodes.add(key)
+    value = getattr(node, "value", None)
+    children = (
+        [c for pair in value for c in pair]
+        if isinstance(value, list) and value and isinstance(value[0], tuple)
+        else value
+        if isinstance(value, list)
+        else []
+    )
+    total = 1
+    for child in children:
+        total += _expanded_size(child, sizes, open_nodes)
+        if total > YAML_MAX_NODES:
+            break
+    open_nodes.discard(key)
+    sizes[key] = total
+    return total

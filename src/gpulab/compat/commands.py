@@ -18,7 +18,7 @@ from gpulab.compat.delivery import profile_installable_on
 from gpulab.compat.gpus import all_gpus, normalize_pci_id, resolve_gpu
 from gpulab.compat.plan import plan_stack, profile, profile_description, profile_names
 from gpulab.compat.platforms import provisioned_names
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, yaml_problem
 
 _STACK_FLAGS = ("gpu", "driver", "cuda", "cudnn", "torch", "tensorflow", "python", "os")
 
@@ -334,16 +334,16 @@ VARS_LIMIT = 4 << 20  # an inventory vars file is a few KiB
 
 def _read_vars(path: str) -> dict[str, Any]:
     """The inventory variables of --vars that the pre-flight reads; a value still holding Jinja is refused."""
-    from gpulab.paths import read_input_text
+    from gpulab.paths import load_yaml, read_input_text
 
     # A regular file of bounded size: a device (/dev/zero) or a FIFO is refused, not read without end.
     text = read_input_text(
         path, "--vars", "pass an inventory vars file (inventory/group_vars/all.yml)", limit=VARS_LIMIT
     )
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
-        raise GpulabError(f"--vars {path}: not valid YAML ({err}); pass an inventory vars file") from err
+        raise GpulabError(f"--vars {path}: not valid YAML ({yaml_problem(err)}); pass an inventory vars file") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -144,7 +144,7 @@ def check_outputs(args: argparse.Namespace) -> None:
         inputs.append(args.weights)
     outputs = [Output(p, f"--param {k}", "output.png") for k in OUTPUT_PARAMS for p in _param_paths(params, (k,))]
     if args.report is not None:
-        outputs.append(Output(args.report, "--report", "report.json"))
+        outputs.append(Output(args.report, "--report", "report.json", follow_link=True))
     if getattr(args, "save_weights", None) is not None:
         outputs.append(Output(args.save_weights, "--save-weights", "weights.pt"))
     check_outputs(outputs, inputs)

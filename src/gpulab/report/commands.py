@@ -122,9 +122,31 @@ def _outputs(args: argparse.Namespace) -> list[tuple[Output, str]]:
     ]
 
 
+def _study_page(source: Path, report: Report) -> bool:
+    """Whether `source` is a study's report.json (`gpulab study` wrote it, or a study's record lies beside it), whose
+    .html/.md beside it are the study's own pages (loss curves, images), not a validation view."""
+    command = (report.command or "").split()
+    written_by_study = command[1:2] == ["study"]
+    return written_by_study or (source.parent / "study.json").is_file() or (source.parent / "study.yml").is_file()
+
+
+def _refuse_study_pages(source: Path, report: Report, outputs: list[tuple[Output, str]]) -> None:
+    if not _study_page(source, report):
+        return
+    own = {p.resolve() for p in rendered_paths(source)}
+    for out, _ in outputs:
+        if Path(out.path).resolve() in own:
+            raise GpulabError(
+                f"{source} is a study's report: {out.path} is the study's page, not this command's to replace; "
+                f"`gpulab study report {source.parent}` renders it (or pass --html/--md naming other files for the "
+                "validation view)"
+            )
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     report = load_report(args.file)
     outputs = _outputs(args)
+    _refuse_study_pages(Path(args.file), report, outputs)
     # before anything is rendered or written
     check_outputs([out for out, _ in outputs], inputs=[args.file], kind="report")
     render = {"md": to_markdown, "html": to_html}

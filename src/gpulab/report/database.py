@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.paths import read_input_text
+from gpulab.paths import DuplicateKeyError, json_depth_over, read_input_text, unique_object
 from gpulab.report.io import atomic_write_bytes, atomic_write_text
 
 DATABASE = "database.pk"
@@ -77,9 +77,16 @@ def save_row(run_dir: Path, row: dict[str, Any]) -> None:
 def _read_json_rows(path: Path, what: str, limit: int) -> Any:
     text = read_input_text(path, what, "move it away; the study's other files are kept", limit=limit)
     try:
-        return json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_object)
+    except DuplicateKeyError as err:
+        raise GpulabError(f"{path}: {err}; the file is damaged: move it away") from None
+    except RecursionError:
+        raise GpulabError(f"{path} is nested too deeply to be {what}; the file is damaged: move it away") from None
     except ValueError as err:
         raise GpulabError(f"{path} is not JSON ({err}); the file is damaged: move it away") from None
+    if json_depth_over(data):
+        raise GpulabError(f"{path} is nested too deeply to be {what}; the file is damaged: move it away")
+    return data
 
 
 def _saved_rows(study_dir: Path, known: set[str]) -> list[dict[str, Any]]:
@@ -141,6 +148,34 @@ def read_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
     rows += _saved_rows(study_dir, known)
     rows += [{str(k): _cell(v) for k, v in r.items()} for r in _legacy_rows(study_dir, known, trust_pickles)]
     return frame(rows)
+
+
+def _json_rows(study_dir: Path) -> list[dict[str, Any]]:
+    """database.json's rows, then the saved rows of runs it does not hold (no pickles read)."""
+    path = Path(study_dir) / DATABASE_JSON
+    rows: list[dict[str, Any]] = []
+    if path.exists() or path.is_symlink():
+        data = _read_json_rows(path, "the study database", MAX_DATABASE_BYTES)
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise GpulabError(f"{path} is not a list of rows; the file is damaged: move it away")
+        rows = data
+    return rows + _saved_rows(Path(study_dir), {str(r.get("_pset_id")) for r in rows})
+
+
+def merge_database(study_dir: Path, df: Any) -> Any:
+    """Write the database as every row the directory holds (database.json, each run's row.json) joined with `df`'s
+    (a run's row in `df` replaces the same run's on disk): a session's view never drops a row another session or
+    a run that finished late added. Returns the rows written."""
+    mine = records(df)
+    by_id = {str(r["_pset_id"]): r for r in mine if r.get("_pset_id") is not None}
+    merged = []
+    for row in _json_rows(study_dir):
+        key = row.get("_pset_id")
+        merged.append(by_id.pop(str(key)) if key is not None and str(key) in by_id else row)
+    merged += [r for r in mine if r.get("_pset_id") is None or str(r["_pset_id"]) in by_id]
+    out = frame(merged)
+    write_database(study_dir, out)
+    return out
 
 
 def write_database(study_dir: Path, df: Any) -> None:

@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulab.errors import GpulabError
-from gpulab.paths import InputFileError, read_input_bytes
+from gpulab.paths import (
+    JSON_MAX_DEPTH,
+    DuplicateKeyError,
+    InputFileError,
+    json_depth_over,
+    read_input_bytes,
+    refuse_link,
+    unique_object,
+)
 from gpulab.report.model import READABLE_SCHEMAS, SCHEMA_ID, Report
 
 if TYPE_CHECKING:  # jsonschema loads when a report is checked, not with every worker process that imports this
@@ -142,14 +150,15 @@ def atomic_write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` so readers see the old file or the whole new one, never a part.
 
     A temporary file in the same directory is written, flushed and fsync'ed, then renamed over `path`.
-    Parent directories are created. A symbolic link is followed: the file it names is replaced and the link stays.
+    Parent directories are created. A `path` that is a symbolic link is refused (OutputPathError): an output is
+    never written through a link (`gpulab run --report` resolves its link first, by design).
     """
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """`atomic_write_text` for bytes (a pickle, an image)."""
-    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    path = refuse_link(path)  # also at write time; a link planted after this is replaced by the rename, not followed
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o777
@@ -217,8 +226,19 @@ def load_report(path: Path) -> Report:
             "re-run the validation or pick another report",
             path,
         )
+    return report_from_data(_parse(path, text), path)
+
+
+def _parse(path: Path, text: str) -> Any:
+    """The JSON of a report file; a key given twice, nesting beyond JSON_MAX_DEPTH or bad JSON is a ReportError."""
     try:
-        data = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float, object_pairs_hook=unique_object)
+    except DuplicateKeyError as err:
+        raise ReportError(
+            f"{path} is not a usable report: {err}; remove one of them or restore the file", path
+        ) from None
+    except RecursionError:
+        data, deep = None, True
     except json.JSONDecodeError as err:
         truncated = err.pos >= len(text.rstrip())
         what = "is truncated (the JSON ends early)" if truncated else "is not valid JSON"
@@ -227,7 +247,15 @@ def load_report(path: Path) -> Report:
             "re-run the validation to get a complete report, or restore the file",
             path,
         ) from None
-    return report_from_data(data, path)
+    else:
+        deep = json_depth_over(data)
+    if deep:
+        raise ReportError(
+            f"{path} is nested more than {JSON_MAX_DEPTH} levels deep (the limit; a report needs a few); "
+            "pass the report-*.json a validation run wrote",
+            path,
+        )
+    return data
 
 
 class _NonFinite:

@@ -42,9 +42,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def study_variants(path: Path) -> list[str]:
-    import yaml
+    from gpulab.paths import load_yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text())
+    if not isinstance(data, dict):
+        return []
     return [str(v) for v in (data.get("variants") or {})]
 
 
@@ -153,12 +155,12 @@ def _check_report_outputs(study_dir: Path, html: Path | None, md: Path | None) -
 
 def _migrate(study_dir: Path) -> None:
     """A directory an older gpulab left as pickles, read once on the user's word and written as database.json."""
-    from gpulab.report.database import write_database
+    from gpulab.report.database import merge_database
     from gpulab.studies.runner import load_database
 
     df = load_database(study_dir, trust_pickles=True)
     if len(df):
-        write_database(study_dir, df)
+        merge_database(study_dir, df)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

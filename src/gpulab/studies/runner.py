@@ -14,9 +14,10 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,11 @@ from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
 from gpulab.launch.common import write_json_atomic
 from gpulab.paths import read_input_text
-from gpulab.report.database import DATABASE, DATABASE_JSON, read_database, write_database
+from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database
 from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.studies import cluster, ledger, packing
 from gpulab.studies.generated import with_generated_data
+from gpulab.studies.lock import owning
 from gpulab.studies.progress import Progress, finished_counter, watching
 from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import NAMED_DATA, Study
@@ -167,8 +169,10 @@ def run_study(
     progress: Progress | None = None,
     command: str | None = None,
     trust_pickles: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> Session:
-    """Run the study's missing runs; every run (failed ones too) becomes a row of the database."""
+    """Run the study's missing runs; every run (failed ones too) becomes a row of the database. The directory is
+    this process's while it runs (studies.lock): a second `run`/`resume` of it is refused."""
     study_dir = Path(study_dir).resolve()
     _check_dir(study, study_dir, resume)
     # Where the runs go is checked before anything is written: a refused study leaves no directory behind.
@@ -179,11 +183,26 @@ def run_study(
         _check_data(study)
         if not study.whole_machine:
             chosen = cluster.slots(study.workers, study.threads)
-    df = load_database(study_dir, trust_pickles=trust_pickles) if study_dir.is_dir() else None
     study_dir.mkdir(parents=True, exist_ok=True)
-    study = with_generated_data(study, study_dir)
-    if df is None:
-        df = load_database(study_dir)
+    with owning(study_dir, say or _say):  # before anything is written; held until the record is
+        _check_dir(study, study_dir, resume)  # a `run` that started beside this one has finished meanwhile
+        df = load_database(study_dir, trust_pickles=trust_pickles)
+        return _run_owned(with_generated_data(study, study_dir), study_dir, df, chosen, scheduler, progress, command)
+
+
+def _say(message: str) -> None:
+    print(f"gpulab: {message}", file=sys.stderr)
+
+
+def _run_owned(
+    study: Study,
+    study_dir: Path,
+    df: Any,
+    chosen: list[cluster.Slot] | None,
+    scheduler: str | None,
+    progress: Progress | None,
+    command: str | None,
+) -> Session:
     todo, total = missing_sets(study, df)
     write_json_atomic(study_dir / STUDY_JSON, study_record(study))
     _write_document(study_dir / STUDY_YML, study)
@@ -191,7 +210,7 @@ def run_study(
     session = Session([], started, 0.0, [], len(todo), 0, 0, scheduler or "local")
     if not todo:
         if len(df):
-            write_database(study_dir, df)  # rows the runs saved after the last session ended join the record
+            merge_database(study_dir, df)  # rows the runs saved after the last session ended join the record
         session.notes.append(f"nothing to run: all {total} runs of {study.name} have a successful row")
         return _close(study_dir, session, clock)
     try:
@@ -221,12 +240,11 @@ def run_study(
     except KeyboardInterrupt:
         session.interrupted = True
         with ctrl_c_held():  # a second Ctrl-C waits for the record of what finished
-            df = load_database(study_dir)
-            write_database(study_dir, df)
+            df = merge_database(study_dir, load_database(study_dir))
             _count(session, df, started)
             _close(study_dir, session, clock)
         raise
-    write_database(study_dir, df)
+    merge_database(study_dir, df)  # never fewer rows than the directory holds
     df = load_database(study_dir)  # the rows as the next session reads them (and any a late run saved)
     _count(session, df, started)
     write_study_report(study_dir, study, df, command)

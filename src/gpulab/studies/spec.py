@@ -39,7 +39,7 @@ import yaml
 
 from gpulab import names
 from gpulab.errors import GpulabError, yaml_problem
-from gpulab.paths import read_input_text, shown
+from gpulab.paths import load_yaml, read_input_text, shown
 from gpulab.workloads import data as data_names
 
 MAX_STUDY_BYTES = 1 << 20
@@ -127,31 +127,12 @@ def load_study(path: Path, variant: str | None = None) -> Study:
     where = f"study file {shown(Path(path))}"
     text = read_input_text(path, "study file", f"give the path of a study file (YAML, {HINT})", limit=MAX_STUDY_BYTES)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader that refuses repeated keys
+        data = load_yaml(text)  # a SafeLoader with limits that refuses repeated keys
     except yaml.YAMLError as err:
         raise GpulabError(f"{where} is not valid YAML: {yaml_problem(err)}; fix it ({HINT})") from None
     except RecursionError:
         raise GpulabError(f"{where} is nested too deeply to be a study file; {HINT}") from None
     return study_from_dict(data, where=where, variant=variant, base_dir=Path(path).resolve().parent, path=Path(path))
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                repeated = key in seen
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if repeated:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def _identity(data: dict[Any, Any], problems: list[str]) -> tuple[Any, Any, Any, Any, Any]:

@@ -80,15 +80,21 @@ def load_weights(model: Any, path: Path, workload: str) -> list[str]:
 def save_weights(model: Any, path: Path) -> None:
     """The model's state_dict (on the CPU) to `path` through a temporary file and a rename."""
     import os
+    import tempfile
 
     import torch
 
+    from gpulab.paths import refuse_link
+
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    path = Path(os.path.realpath(path)) if path.is_symlink() else path  # the file a link names; the link stays
+    path = refuse_link(path, "--save-weights")  # never through a link; one planted later is replaced, not followed
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # a fresh file, not a name
+    tmp = Path(name)
     try:
-        torch.save(state, tmp)
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

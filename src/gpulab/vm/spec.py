@@ -16,7 +16,7 @@ import yaml
 
 from gpulab.compat.rules import driver_branch
 from gpulab.errors import GpulabError, yaml_problem
-from gpulab.paths import read_input_text, shown
+from gpulab.paths import load_yaml, read_input_text, shown
 from gpulab.vm.partitions import NVSWITCH_MODES, PARTITIONS_FORM, NvswitchSpec, parse_partitions, partition_id
 from gpulab.vm.pci import PciAddress
 from gpulab.vm.sysfs import parse_cpulist
@@ -457,13 +457,13 @@ def _nvswitch(r: _Reader) -> NvswitchSpec | None:
     if path is not None:
         fix = "give the partition layout file (YAML, or the JSON `fmpm -l` prints)."
         try:
-            partitions = parse_partitions(yaml.safe_load(read_input_text(path, "partition layout", fix)))
+            partitions = parse_partitions(load_yaml(read_input_text(path, "partition layout", fix)))
             if partitions is None:
                 r.fail("nvswitch.partitions_file", f"{shown(path)} is not {PARTITIONS_FORM}.")
         except GpulabError as err:
             r.fail("nvswitch.partitions_file", str(err))
-        except yaml.YAMLError:
-            r.fail("nvswitch.partitions_file", f"{shown(path)} is not YAML or JSON; {fix}")
+        except yaml.YAMLError as err:
+            r.fail("nvswitch.partitions_file", f"{shown(path)} is not YAML or JSON ({yaml_problem(err)}); {fix}")
     if mode == "shared":
         if "partition" not in raw:
             r.fail("nvswitch.partition", "shared mode needs the id of the partition this VM gets.")
@@ -590,7 +590,7 @@ def load_spec(path: Path) -> VmSpec:
         path, "VM spec", "give the path of a VM spec file (YAML, see docs/vm.md).", limit=MAX_SPEC_BYTES
     )
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
         raise GpulabError(f"{where} is not valid YAML: {yaml_problem(err)}; fix it (see docs/vm.md).") from None
     except RecursionError:

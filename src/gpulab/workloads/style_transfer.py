@@ -13,7 +13,9 @@ losses are one function (style_loss), run as it is or through torch.compile (the
 
 from __future__ import annotations
 
+import io
 import math
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.paths import open_output
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, resize_image, to_tensor
@@ -362,7 +365,12 @@ class StyleSessionBase:
             facts["final_loss"] = float(self._last_loss)
         if self._output is not None:
             self._output.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(self.image()).save(self._output)
+            buffer = io.BytesIO()  # encoded first: a bad extension fails before the file is touched
+            Image.fromarray(self.image()).save(
+                buffer, format=Image.registered_extensions().get(self._output.suffix.lower())
+            )
+            with os.fdopen(open_output(self._output), "wb") as fh:  # O_NOFOLLOW: never through a link
+                fh.write(buffer.getvalue())
             facts["output"] = str(self._output)
         if not self._finished:
             self._finished = True
