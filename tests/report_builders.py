@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from gpulab.hw.model import (
@@ -272,3 +273,14 @@ def scaled(report: Report, factor: float) -> Report:
     out = copy.deepcopy(report)
     out.results = [dataclasses.replace(r, value=r.value * factor) for r in out.results]
     return out
+
+
+def quiet_proc(root: Path) -> Path:
+    """A directory laid out as /proc for a quiet host: 2 idle CPUs, a load of 0.1, 5 ms of CPU pressure."""
+    (root / "pressure").mkdir(parents=True)
+    (root / "stat").write_text("cpu  1000 0 500 90000 10 0 5 0 0 0\ncpu0 500 0 250 45000 5 0 3 0 0 0\n")
+    (root / "loadavg").write_text("0.10 0.05 0.01 1/123 4567\n")
+    (root / "pressure" / "cpu").write_text(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=5000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    return root

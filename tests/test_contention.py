@@ -16,7 +16,7 @@ from gpulab.report.hostload import LoadWatch
 from gpulab.report.io import load_report, write_report
 from gpulab.report.model import Report
 from gpulab.validation.session import Lab, Options
-from report_builders import full_fingerprint
+from report_builders import full_fingerprint, quiet_proc
 
 # /proc/pressure/cpu as Linux 6.x writes it (`full` from 5.13 on; system-wide it stays 0)
 PSI = "some avg10=4.72 avg60=1.88 avg300=0.77 total={some}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={full}\n"
@@ -79,6 +79,11 @@ def test_cpus_filled_by_others_are_contention_without_pressure():
     assert contended(quiet) is None
     busy_own = _entry(cpus=32, cpu_pressure_pct=0.1, busy_pct=80.0, loadavg_end=[8.0])  # its own all-thread rows
     assert contended(busy_own) is None
+    # a 2-CPU host: the run's own rows filled it (not contention); beside another job filling it, contention
+    own = _entry(cpus=2, cpu_pressure_pct=1.0, busy_pct=100.0, own_busy_pct=61.0, loadavg_end=[2.2])
+    assert contended(own) is None
+    shared = _entry(cpus=2, cpu_pressure_pct=1.0, busy_pct=100.0, own_busy_pct=12.0, loadavg_end=[2.2])
+    assert contended(shared).startswith("CPUs 100 % busy (this run 12 %), load 2.2 on 2 CPUs at the end")
     # the one-thread figure is recorded, not judged: it moves 1.7× on a quiet VM
     assert contended(_entry(calibration_start=QUIET_CAL, calibration_end=dict(QUIET_CAL, one_thread=40.0))) is None
 
@@ -112,14 +117,28 @@ def test_a_run_entry_records_pressure_and_loads_back(tmp_path):
     assert load_report(write_report(report, tmp_path / "r.json")).host_load[0]["calibration_end"] == QUIET_CAL
 
 
-def test_the_lab_says_whether_the_host_is_contended_so_far(tmp_path):
+def test_the_lab_says_whether_the_host_is_contended_so_far(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_PROC", str(quiet_proc(tmp_path / "proc")))  # whatever else this machine runs now
     fp = full_fingerprint(n_gpus=2)
     lab = Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus, calibrate_cpu=False)
-    psi = _psi(tmp_path / "cpu", 5_000)
-    lab.load.pressure, lab.load.psi0 = psi, read_pressure(psi)
+    psi = tmp_path / "proc" / "pressure" / "cpu"
     assert lab.host_contention() is None
     _psi(psi, 5_000 + 10_000_000)  # every task waited: 10 s of pressure
     assert (lab.host_contention() or "").startswith("CPUs 100 % of the run under pressure")
+
+
+def test_the_runs_own_cpu_time_is_recorded_apart():
+    """This process's CPU time and its finished children's count as the run's own, within the busy figure."""
+    watch = LoadWatch("own", calibrate_cpu=False)
+    subprocess.run(
+        [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"],
+        check=True,
+    )
+    entry = watch.finish()
+    if entry["busy_pct"] is None:
+        pytest.skip("this machine has no /proc/stat")
+    assert 0 < entry["own_busy_pct"] <= entry["busy_pct"]
+    assert entry["own_busy_pct"] >= 0.3 / (entry["seconds"] * entry["cpus"]) * 100 * 0.5  # 0.4 s of a child's CPU
 
 
 def test_a_cpu_hog_shows_in_the_measured_figures():

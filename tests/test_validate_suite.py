@@ -21,13 +21,14 @@ from gpulab.report import views
 from gpulab.report.io import load_report
 from gpulab.validation.plugin import EXIT_INCONCLUSIVE
 from gpulab.validation.session import select_gpus
+from report_builders import quiet_proc
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "h200x4-firecracker"
 CAPTURES = ROOT / "tests" / "fixtures" / "captures"
 
 
-def run_validate(tmp_path, *args, timeout=300):
+def run_validate(tmp_path, *args, timeout=300, env=None):
     cmd = [
         sys.executable,
         "-m",
@@ -39,7 +40,7 @@ def run_validate(tmp_path, *args, timeout=300):
         str(tmp_path),
         *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
     reports = sorted(tmp_path.glob("report-*.json"))
     return proc, reports
 
@@ -224,13 +225,15 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):
 def test_baseline_regression_fails_the_run(tmp_path):
     base_dir, new_dir = tmp_path / "a", tmp_path / "b"
     base_dir.mkdir(), new_dir.mkdir()
-    _, reports = run_validate(base_dir, "-k", "cpu_memory_copy")
+    # A quiet host as its load figures tell (this one may be shared now): host rows that fell are then regressions.
+    quiet = {**os.environ, "GPULAB_PROC": str(quiet_proc(tmp_path / "proc"))}
+    _, reports = run_validate(base_dir, "-k", "cpu_memory_copy", env=quiet)
     data = json.loads(reports[0].read_text())
     for row in data["results"]:
         row["value"] *= 100  # a baseline far faster than this machine: the new run must regress against it
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(data))
-    proc, reports = run_validate(new_dir, "-k", "cpu_memory_copy", "--baseline", str(fast))
+    proc, reports = run_validate(new_dir, "-k", "cpu_memory_copy", "--baseline", str(fast), env=quiet)
     assert proc.returncode == 1, proc.stdout
     assert "regression" in proc.stdout.lower()
 

@@ -27,7 +27,9 @@ import contextlib
 import fcntl
 import functools
 import json
+import multiprocessing.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,6 +54,25 @@ from gpulab.workloads.base import RunConfig
 
 DATABASE = "database.pk"
 DATABASE_JSON = "database.json"
+
+
+class _PoolForks:
+    """Alive while psweep's pool runs the sweep: its forked workers set their stop signals (below)."""
+
+
+def _quiet_stop(signum: int, frame: Any) -> None:
+    # Once: the pool's SIGTERM after a Ctrl-C must not cut short the wait for the killed run (a zombie, a warning).
+    for other in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(other, signal.SIG_IGN)
+    raise SystemExit(128 + signum)  # out of subprocess.run (which kills the run it waits on), then a quiet exit
+
+
+def _pool_worker_signals(_: _PoolForks) -> None:
+    """In each pool worker: Ctrl-C at the terminal (the whole group) or the pool's terminate (SIGTERM) ends the worker
+    quietly and stops the run it waits on. Left alone, a KeyboardInterrupt escapes the pool's worker loop and
+    multiprocessing prints "Process ForkPoolWorker-N:" with a traceback; the sweep itself says "gpulab: interrupted"."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _quiet_stop)
 
 
 @contextlib.contextmanager
@@ -232,6 +253,8 @@ def run_sweep(
         start = time.perf_counter()
         if sampler is not None:
             sampler.start()
+        forks = _PoolForks()  # registered while it lives: the pool's forks only, not later ones (a DataLoader's)
+        multiprocessing.util.register_after_fork(forks, _pool_worker_signals)
         try:
             with warnings.catch_warnings():
                 # psweep's pool forks this (multi-threaded: CUDA, the sampler) process; Python 3.12+ warns about
@@ -241,6 +264,7 @@ def run_sweep(
                     func, _with_columns(psets, before), df=before, poolsize=gpus, calc_dir=str(sweep_dir), save=False
                 )
         finally:
+            del forks
             if sampler is not None:
                 sampler.stop()
         wall = time.perf_counter() - start

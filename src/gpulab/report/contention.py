@@ -37,7 +37,7 @@ PROC_PRESSURE_CPU = Path("/proc/pressure/cpu")
 # 32 busy loops 6.4 % pressure, 99.97 % busy, load 25 on 32 CPUs at the end.
 PRESSURE_PCT = 5.0  # runnable tasks waited for a CPU during at least this share of the run (PSI `some`)
 STEAL_PCT = 5.0  # the hypervisor gave at least this share of the CPU time to others
-BUSY_PCT = 50.0  # the CPUs were busy at least this share of the run ...
+BUSY_PCT = 50.0  # others' work kept the CPUs busy at least this share of the run (the run's own taken out) ...
 LOAD_PER_CPU = 0.75  # ... and the load average per CPU at its end was at least this: others' work filled them
 # The calibration is recorded and shown, not judged: on that quiet guest its all-threads figure read 1,506 at the
 # start of a healthy run and 572 at its end, and beside the busy loops 179 and 257 (they ran at both ends).
@@ -170,21 +170,26 @@ def figures(entry: Mapping[str, Any], now: bool = False) -> str:
 
 
 def busy_with_load(entry: Mapping[str, Any]) -> str | None:
-    """ "CPUs 100 % busy, load 25.1 on 32 CPUs at the end" when others' work filled the CPUs over the run, else None."""
+    """ "CPUs 100 % busy (this run 2 %), load 25.1 on 32 CPUs at the end" when others' work filled the CPUs over the
+    run, else None. The run's own CPU time does not count: CPU rows on all threads of a quiet host are not contention
+    (on 2 CPUs they alone keep them busy with a load of 2)."""
     busy, cpus = _num(entry.get("busy_pct")), _num(entry.get("cpus"))
+    own = _num(entry.get("own_busy_pct"))  # older reports lack it: all of it counted as others'
     load = entry.get("loadavg_end") or []
     first = _num(load[0]) if load else None
     if busy is None or not cpus or first is None:
         return None
-    if busy >= BUSY_PCT and first / cpus >= LOAD_PER_CPU:
-        return f"CPUs {_pct(busy)} busy, load {first:.1f} on {cpus:.0f} CPUs at the end"
+    if busy - (own or 0.0) >= BUSY_PCT and first / cpus >= LOAD_PER_CPU:
+        mine = f" (this run {_pct(own)})" if own is not None else ""
+        return f"CPUs {_pct(busy)} busy{mine}, load {first:.1f} on {cpus:.0f} CPUs at the end"
     return None
 
 
 def contended(entry: Mapping[str, Any], now: bool = False) -> str | None:
     """Why the host was contended over the run an entry describes (its figures), or None when it was not, as far as
     the entry measured: CPU pressure >= PRESSURE_PCT of the run, steal >= STEAL_PCT, or the CPUs BUSY_PCT busy with
-    a load of LOAD_PER_CPU per CPU at the end. The calibration is named among the figures, not judged."""
+    others' work and a load of LOAD_PER_CPU per CPU at the end. The calibration is named among the figures, not
+    judged."""
     pressure, steal = _num(entry.get("cpu_pressure_pct")), _num(entry.get("steal_pct"))
     busy = busy_with_load(entry)
     if (pressure is not None and pressure >= PRESSURE_PCT) or (steal is not None and steal >= STEAL_PCT) or busy:

@@ -3,8 +3,8 @@ share of it under CPU pressure and a CPU calibration at its start and end (gpula
 
 A report keeps one entry per run that added results (`Report.host_load`); `gpulab compare` reads them to judge
 host rows (a shared or stolen-from host widens their noise band; a contended one's host rows are not regressions).
-Linux's /proc/stat, /proc/pressure/cpu and os.getloadavg only: elsewhere the entry has no steal, busy or pressure
-figure.
+Linux's /proc/stat, /proc/loadavg and /proc/pressure/cpu only: elsewhere the entry has no steal, busy, load or pressure
+figure. GPULAB_PROC names another directory laid out as /proc to read them from (a recorded or made-up host).
 """
 
 from __future__ import annotations
@@ -17,10 +17,21 @@ from typing import Any
 
 from gpulab.report.contention import PROC_PRESSURE_CPU, calibrate, contended, pressure_pct, read_pressure
 
-PROC_STAT = Path("/proc/stat")
+PROC_ENV = "GPULAB_PROC"
 
 
-def _cpu_times(stat: Path = PROC_STAT) -> tuple[int, int, int] | None:
+def proc_dir() -> Path:
+    """Where the host's load figures are read: /proc, or the directory GPULAB_PROC names."""
+    return Path(os.environ.get(PROC_ENV) or "/proc")
+
+
+def _own_jiffies() -> float:
+    """CPU time this process and its reaped children used, in /proc/stat's units (clock ticks)."""
+    t = os.times()
+    return (t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_times(stat: Path) -> tuple[int, int, int] | None:
     """(total, idle, steal) jiffies of all CPUs, or None where /proc/stat cannot be read."""
     try:
         first = stat.read_text(encoding="ascii").splitlines()[0].split()
@@ -37,29 +48,33 @@ def _cpu_times(stat: Path = PROC_STAT) -> tuple[int, int, int] | None:
     return user + nice + system + idle + iowait + irq + softirq + steal, idle + iowait, steal
 
 
-def _loadavg() -> list[float]:
+def _loadavg(path: Path) -> list[float]:
+    """The 1, 5 and 15 minute load averages, or [] where they cannot be read."""
     try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
+        return [round(float(x), 2) for x in path.read_text(encoding="ascii").split()[:3]]
+    except (OSError, UnicodeDecodeError, ValueError):
         return []
 
 
 class LoadWatch:
     """Started before a run measures, `finish()`ed after it: the run's host-load entry. `calibrate_cpu`: time the CPU
-    calibration at the start and the end (about 0.3 s each); `pressure` is the PSI file to read."""
+    calibration at the start and the end (about 0.3 s each); `proc` is the directory laid out as /proc to read
+    (proc_dir() by default), `pressure` the PSI file in it to read instead."""
 
     def __init__(
-        self, what: str, stat: Path = PROC_STAT, pressure: Path = PROC_PRESSURE_CPU, calibrate_cpu: bool = True
+        self, what: str, proc: Path | None = None, pressure: Path | None = None, calibrate_cpu: bool = True
     ) -> None:
+        proc = proc or proc_dir()
         self.what = what
-        self.stat = stat
-        self.pressure = pressure
+        self.stat, self.loadavg = proc / "stat", proc / "loadavg"
+        self.pressure = pressure or proc / PROC_PRESSURE_CPU.relative_to("/proc")
         self.calibration0 = calibrate() if calibrate_cpu else None  # before the clocks: its own work is not the run's
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
-        self.load0 = _loadavg()
-        self.times0 = _cpu_times(stat)
-        self.psi0 = read_pressure(pressure)
+        self.load0 = _loadavg(self.loadavg)
+        self.times0 = _cpu_times(self.stat)
+        self.own0 = _own_jiffies()
+        self.psi0 = read_pressure(self.pressure)
 
     def finish(self, calibrate_cpu: bool = True) -> dict[str, Any]:
         """The entry from the start until now (the run may go on: a reading mid-run is an entry too); the end's
@@ -73,9 +88,10 @@ class LoadWatch:
             "seconds": round(seconds, 1),
             "cpus": os.cpu_count() or 1,
             "loadavg_start": self.load0,
-            "loadavg_end": _loadavg(),
+            "loadavg_end": _loadavg(self.loadavg),
             "steal_pct": None,
             "busy_pct": None,
+            "own_busy_pct": None,
             "cpu_pressure_pct": pressure_pct(self.psi0, psi1, seconds, "some"),
             "cpu_pressure_full_pct": pressure_pct(self.psi0, psi1, seconds, "full"),
             "calibration_start": self.calibration0,
@@ -86,6 +102,8 @@ class LoadWatch:
             if total > 0:
                 entry["steal_pct"] = round(min(100.0, max(0.0, (times1[2] - self.times0[2]) / total * 100)), 2)
                 entry["busy_pct"] = round(min(100.0, max(0.0, (1 - (times1[1] - self.times0[1]) / total) * 100)), 2)
+                own = (_own_jiffies() - self.own0) / total * 100
+                entry["own_busy_pct"] = round(min(entry["busy_pct"], max(0.0, own)), 2)
         return entry
 
     def contention_so_far(self, calibrate_cpu: bool = True) -> str | None:
