@@ -1,5 +1,5 @@
-"""`gpulab` command line: info | matrix | report | compare | run | sweep | study | vm (each package registers its
-own subcommands)."""
+"""`gpulab` command line: info | matrix | validate | report | compare | run | sweep | study | vm (each package
+registers its own subcommands)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpulab.launch import commands as launch_commands
     from gpulab.report import commands as report_commands
     from gpulab.studies import commands as study_commands
+    from gpulab.validation import commands as validation_commands
     from gpulab.vm import commands as vm_commands
 
     hw_commands.add_commands(sub)
     compat_commands.add_commands(sub)
+    validation_commands.add_commands(sub)
     report_commands.add_commands(sub, report_baselines())
     for module in (launch_commands, study_commands, vm_commands):
         module.add_commands(sub)
