@@ -28,18 +28,14 @@ def _reports(directory):
 
 @pytest.mark.slow
 def test_gpulab_validate_runs_a_cpu_check_as_pytest_does(tmp_path):
-    """A quick CPU probe, which passes on any machine: both commands at once, the same options, one report each."""
-    args = ["-k", "cpu_memory_copy"]
-    gpulab = _started([sys.executable, "-m", "gpulab", "validate", *args], tmp_path / "gpulab")
-    pytest_run = _started([sys.executable, "-m", "pytest", str(ROOT / "validate"), *args], tmp_path / "pytest")
+    """A quick CPU probe, which passes on any machine: one report with its pages, as `pytest validate/` writes
+    (tests/test_validate_suite.py holds what pytest itself does with the same options)."""
+    gpulab = _started([sys.executable, "-m", "gpulab", "validate", "-k", "cpu_memory_copy"], tmp_path / "gpulab")
     out, _ = gpulab.communicate(timeout=600)
-    theirs, _ = pytest_run.communicate(timeout=600)
-    assert pytest_run.returncode == 0, theirs
-    assert gpulab.returncode == pytest_run.returncode, out
+    assert gpulab.returncode == 0, out
     (report,) = _reports(tmp_path / "gpulab")
     assert f"report: {report}" in out and re.search(r"^verdict: PASS: 1 checks passed", out, re.M), out
     assert report.with_suffix(".md").is_file() and report.with_suffix(".html").is_file()
-    assert len(_reports(tmp_path / "pytest")) == 1
 
 
 @pytest.mark.slow
