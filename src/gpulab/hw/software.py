@@ -216,18 +216,34 @@ print(json.dumps({"version": tf.__version__, "cuda": b.get("cuda_version"), "cud
 """
 
 
-def probe_tensorflow(timeout_s: float = TF_TIMEOUT_S) -> FrameworkInfo | None:
+def start_tensorflow_probe() -> subprocess.Popen[str] | FrameworkInfo | None:
+    """TensorFlow's import in a process of its own, started now: it takes seconds, and the torch probe runs beside
+    it (tensorflow_info() collects it). None where TensorFlow is not installed."""
     if importlib.util.find_spec("tensorflow") is None:
         return None
     try:
-        done = subprocess.run([sys.executable, "-c", _TF_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return FrameworkInfo(name="tensorflow", version="unknown", error=f"probe timed out after {timeout_s}s")
+        return subprocess.Popen(
+            [sys.executable, "-c", _TF_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     except OSError as err:
         return FrameworkInfo(name="tensorflow", version="unknown", error=str(err))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def tensorflow_info(
+    started: subprocess.Popen[str] | FrameworkInfo | None, timeout_s: float = TF_TIMEOUT_S
+) -> FrameworkInfo | None:
+    """What the probe start_tensorflow_probe() started found (waiting at most `timeout_s` for it)."""
+    if not isinstance(started, subprocess.Popen):
+        return started
+    try:
+        stdout, stderr = started.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        started.communicate()
+        return FrameworkInfo(name="tensorflow", version="unknown", error=f"probe timed out after {timeout_s}s")
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if started.returncode != 0 or not lines:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return FrameworkInfo(name="tensorflow", version="unknown", error=f"import failed: {tail}")
     data = json.loads(lines[-1])
     return FrameworkInfo(
@@ -237,6 +253,10 @@ def probe_tensorflow(timeout_s: float = TF_TIMEOUT_S) -> FrameworkInfo | None:
         built_cudnn=data.get("cudnn"),
         sees_gpus=data.get("gpus"),
     )
+
+
+def probe_tensorflow(timeout_s: float = TF_TIMEOUT_S) -> FrameworkInfo | None:
+    return tensorflow_info(start_tensorflow_probe(), timeout_s)
 
 
 def relevant_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -263,7 +283,15 @@ def software_info(
         env=relevant_env(),
     )
     if probe_frameworks:
-        frameworks = [found for found in (probe() for probe in (probe_torch, probe_tensorflow)) if found is not None]
+        tensorflow = start_tensorflow_probe()  # its import runs while torch's does
+        try:
+            torch = probe_torch()
+        except BaseException:  # Ctrl-C while torch imports: the TensorFlow probe goes too
+            if isinstance(tensorflow, subprocess.Popen):
+                tensorflow.kill()
+                tensorflow.communicate()
+            raise
+        frameworks = [found for found in (torch, tensorflow_info(tensorflow)) if found is not None]
         sw.frameworks = frameworks
         torch_nccl = next((f.nccl for f in frameworks if f.name == "torch" and f.nccl), None)
         sw.nccl_version = sw.nccl_version or torch_nccl
