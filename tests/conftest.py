@@ -41,3 +41,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = shared_group(getattr(item, "fixturenames", ()))
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # The slow tests first, the longest of them (measured) at the very front, each else in collection order: the
+    # workers take them while many short tests are left to even out the end, instead of one worker starting a
+    # quarter-hour root test when the other is nearly done.
+    items.sort(key=_run_order)
+
+
+LONGEST_FIRST = (  # the slowest files, longest first: the Debian 12 root with its kernel upgrade, the booted guest, ...
+    "test_roles_chroot.py",
+    "test_site_guest.py",
+    "test_container_toolkit.py",
+    "test_apt_mirror.py",
+    "test_role_nvidia_driver.py",
+    "test_dcgm_role.py",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[bool, int]:
+    name = item.path.name
+    return item.get_closest_marker("slow") is None, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else 99
