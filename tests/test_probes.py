@@ -130,6 +130,19 @@ def test_nccl_tests_json_is_read():
     assert r.params["bytes"] == 268435456 and r.params["correct"] is True
 
 
+def test_nccl_tests_and_torch_all_reduce_are_two_checks(h200):
+    """Both figures of one machine judged in one run: neither check may replace the other in the report."""
+    import json
+
+    from gpulab.probes.nccl_tests import parse_all_reduce_json
+
+    gpu, spec = h200
+    theirs = parse_all_reduce_json(json.loads(NCCL_JSON.read_text()), str(NCCL_JSON))
+    ours = dataclasses.replace(theirs, framework="torch", launcher="nccl")
+    names = [judge.check(r, judge.expectation(r, gpu, spec, nvlink=True), "all-reduce").name for r in (ours, theirs)]
+    assert names == ["probe.allreduce.fp32[4 devices]", "probe.allreduce.nccl_tests.fp32[4 devices]"]
+
+
 def test_nccl_tests_wrong_results_and_foreign_json():
     import json
 

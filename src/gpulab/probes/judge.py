@@ -165,7 +165,9 @@ def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[C
         "spec": result.spec_value,
         "pct_of_spec": result.pct_of_spec,
     }
-    name = f"probe.{result.workload}.{result.precision}[{where}]"
+    # Another tool's figure of the same probe (nccl-tests' all-reduce beside torch's) is a check of its own name.
+    tool = "" if result.framework == "torch" else "." + result.framework.replace("-", "_")
+    name = f"probe.{result.workload}{tool}.{result.precision}[{where}]"
     if not result.value > 0:
         return Check(name, "error", f"{shown}: the probe produced no usable number", evidence)
     if exp is None or result.pct_of_spec is None:
