@@ -8,7 +8,12 @@ import gzip
 import hashlib
 import http.server
 import io
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,15 +24,20 @@ from gpulab.errors import GpulabError
 from gpulab.workloads import data, fetch
 
 torch = pytest.importorskip("torch")
+GPULAB = Path(sys.executable).parent / "gpulab"
 
 
 class Files(http.server.ThreadingHTTPServer):
-    """path -> bytes; a path in `truncate` announces its full length and sends half of it."""
+    """path -> bytes; a path in `truncate` announces its full length and sends half of it; one in `stall` sends half
+    of it, sets `stalled`, and sends nothing more until the server is shut down (a download under way)."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.files: dict[str, bytes] = {}
         self.truncate: set[str] = set()
+        self.stall: set[str] = set()
+        self.stalled = threading.Event()
+        self.released = threading.Event()
         self.requested: list[str] = []
 
     @property
@@ -55,9 +65,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(content)))
         self.end_headers()
         if body:
-            self.wfile.write(content[: len(content) // 2] if self.path in self.server.truncate else content)
+            half = self.path in self.server.truncate or self.path in self.server.stall
+            self.wfile.write(content[: len(content) // 2] if half else content)
             self.wfile.flush()
             self.close_connection = True
+            if self.path in self.server.stall:
+                self.server.stalled.set()
+                self.server.released.wait(60)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -69,6 +83,7 @@ def server() -> Iterator[Files]:
     thread = threading.Thread(target=files.serve_forever, daemon=True)
     thread.start()
     yield files
+    files.released.set()
     files.shutdown()
     files.server_close()
 
@@ -280,6 +295,41 @@ def test_data_mnist_on_the_command_line_fetches_through_the_mirror(server: Files
     assert "published checksum" in line and "train-images-idx3-ubyte.gz" in line
     assert server.requested[:1] == ["/m/train-images-idx3-ubyte.gz"]
     assert not (fetch.cache_root() / "data" / "mnist").exists()
+
+
+# ---------- stopped downloads ----------
+
+
+@pytest.mark.parametrize("what", ["weights", "data set"])
+def test_a_download_stopped_by_sigterm_leaves_nothing_in_the_cache(server: Files, tmp_path: Path, what: str) -> None:
+    """`gpulab run` SIGTERMed halfway through a download (the server has sent half the file and waits): one line,
+    exit 143, and no partial file in torch.hub's cache or gpulab's, as a failed download leaves none."""
+    run = ["run", "--launcher", "cpu", "--threads", "1", "--size", "tiny", "--warmup", "0", "--steps", "1"]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    if what == "weights":
+        name = "vgg19feat-deadbeef.pth"
+        server.files[f"/{name}"], server.stall = bytes(1 << 20), {f"/{name}"}
+        argv = [run[0], "style_transfer", *run[1:], "--param", f"vgg_weights={server.url}/{name}"]
+    else:
+        for name, content in _mnist_archives(tmp_path).items():
+            server.files[f"/m/{name}"] = content
+        server.stall = {"/m/train-images-idx3-ubyte.gz"}
+        env[fetch.MIRROR_ENV] = f"{server.url}/m"
+        argv = [run[0], "mnist", *run[1:], "--data", "mnist"]
+    proc = subprocess.Popen(
+        [str(GPULAB), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+    deadline = time.monotonic() + 120
+    while not server.stalled.wait(0.1) and proc.poll() is None and time.monotonic() < deadline:
+        pass
+    assert server.stalled.is_set(), proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    lines = stderr.strip().splitlines()  # the download's progress, then the one line
+    assert proc.returncode == 143 and [ln for ln in lines if "gpulab" in ln] == lines[-1:] == ["gpulab: terminated"]
+    assert "Traceback" not in stderr, stderr
+    caches = (tmp_path / "torch", tmp_path / "gpulab")
+    assert [p for c in caches for p in c.rglob("*") if p.is_file() or ".partial" in p.name] == []
 
 
 # ---------- Keras (TF side) ----------

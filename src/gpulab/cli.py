@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpulab import __version__
 from gpulab.errors import ERROR_PREFIX, GpulabError
+from gpulab.interrupts import stopped
 from gpulab.paths import os_error_reason
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ def report_baselines() -> Baselines:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Whatever goes wrong ends in one line on stderr and an exit code, never a traceback:
-    2 for a problem with the input or the machine, 1 for a failed check (the command's own), 130 on Ctrl-C.
+    2 for a problem with the input or the machine, 1 for a failed check (the command's own), 130 on Ctrl-C, 143 on
+    SIGTERM.
     GPULAB_TRACEBACK=1 shows the traceback of an unexpected error."""
     try:
         parser = build_parser()
@@ -60,9 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except GpulabError as err:
         return _fail(str(err), err.exit_code)
-    except KeyboardInterrupt:
-        print("gpulab: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (gpulab.interrupts.Terminated)
+        word, code = stopped(stop)
+        print(f"gpulab: {word}", file=sys.stderr)
+        return code
     except BrokenPipeError:  # `gpulab ... | head`: the reader left; nothing more to say
         with contextlib.suppress(OSError, ValueError):  # so the flush at exit does not fail a second time
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

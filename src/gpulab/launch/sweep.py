@@ -41,6 +41,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.interrupts import child_env
 from gpulab.launch import backends
 from gpulab.launch.common import plan_batch
 from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
@@ -118,7 +119,9 @@ def _sweep_run(
     ready = Path(work_dir) / "ready"
     failure: str | None = None
     with _gpu_slot(slots, Path(work_dir)) as (slot, label, visible):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"]))
+        # The run ends with this process (gpulab.interrupts.stop_with_parent), even one the pool's terminate stopped
+        # while it was starting the run: no run trains on after its sweep.
+        env = child_env(dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"])))
         env[SWEEP_PID_ENV] = str(os.getpid())  # the run stops if this process is gone (gpulab.launch.peers)
         cmd = [
             sys.executable,

@@ -11,9 +11,11 @@ real multi-GPU job (later runs find them there).
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 from typing import Any
 
+from gpulab.interrupts import stop_with_parent
 from gpulab.launch.common import make_result, memory_params, run_params
 from gpulab.launch.local import run_session, torch_threads
 from gpulab.launch.peers import wait_for_peers
@@ -57,6 +59,7 @@ def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_with_parent(signal.SIGKILL)  # a sweep's run ends with the pool worker waiting for it
     parser = argparse.ArgumentParser(description="one run of a gpulab sweep (started by gpulab sweep)")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)

@@ -14,7 +14,6 @@ gpulab.launch.sweep with the tensorflow backend (gpulab.launch.backends.tensorfl
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.hw import cuda_visible
+from gpulab.interrupts import child_env
 from gpulab.launch.common import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
 from gpulab.report.model import Result
@@ -67,10 +67,10 @@ def _worker(message: WorkerMessage, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         out = Path(tmp) / "result.json"
         config = message.write(Path(tmp) / "run.json")
         cmd = [sys.executable, "-m", "gpulab.launch.tf_worker", f"--config={config}", f"--out={out}"]
-        child_env = dict(os.environ)
-        child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env = child_env()  # the run ends with this process, however that ends
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             raise GpulabError(f"the TensorFlow run did not finish in {timeout_s:.0f} s") from None
         own = [ln for ln in done.stderr.splitlines() if ln.startswith(ERROR_PREFIX)]

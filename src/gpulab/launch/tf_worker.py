@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
+from gpulab.interrupts import stop_with_parent
 from gpulab.launch.common import launch_params, loss_facts, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
@@ -146,6 +148,7 @@ def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], repli
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_with_parent(signal.SIGKILL)  # the run ends with the process waiting for it (gpulab, a sweep's pool worker)
     parser = argparse.ArgumentParser(description="one TensorFlow run of gpulab (started by gpulab run/sweep)")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)

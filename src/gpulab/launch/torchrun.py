@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.interrupts import stop_child
 
 _RETRIES = 1
+STOP_GRACE_S = 10.0  # for the agent to stop its workers before they are killed
 _ABORT_MARKS = ("SIGABRT", "Signal 6")
 
 
@@ -41,7 +43,7 @@ def run_torchrun(
     proc: subprocess.CompletedProcess[str] | None = None
     for _attempt in range(_RETRIES + 1):
         try:
-            proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
+            proc = _run_agent([*cmd, *args], env, timeout_s)
         except subprocess.TimeoutExpired as err:
             raise GpulabError(
                 f"{what} over {nprocs} processes did not finish in {timeout_s:.0f} s: a hung collective usually "
@@ -56,3 +58,21 @@ def run_torchrun(
     assert proc is not None
     tail = ((proc.stderr or "") + (proc.stdout or ""))[-3000:]
     raise GpulabError(f"{what} over {nprocs} {backend} processes failed (exit {proc.returncode}):\n{tail}")
+
+
+def _run_agent(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """torchrun's agent to its end. Stopped early (Ctrl-C, SIGTERM, the time limit), it is sent SIGTERM, stops its
+    workers as it does then, and whatever of its tree is left after STOP_GRACE_S is killed.
+
+    The agent starts its workers in sessions of their own, out of reach of a signal to this process group; in its
+    own session it is out of reach too, so it is told to stop once, by this process, not halfway through stopping
+    by a second signal."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    ) as agent:
+        try:
+            stdout, stderr = agent.communicate(timeout=timeout_s)
+        except BaseException:
+            stop_child(agent, STOP_GRACE_S)
+            raise
+    return subprocess.CompletedProcess(cmd, agent.returncode, stdout, stderr)

@@ -22,12 +22,17 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.model import GpuInfo
+from gpulab.interrupts import ctrl_c_held
 
 # The environment of a worker's slot, read by the task that runs there.
 DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu
 LABEL_ENV = "GPULAB_STUDY_LABEL"  # how the study names that device (GPU index and UUID, or cpu)
 THREADS_ENV = "GPULAB_STUDY_THREADS"  # CPU threads of a CPU worker
 QUIET = {"DASK_LOGGING__DISTRIBUTED": "error"}  # a worker's own start/stop lines are noise next to the study's
+# This machine's workers report nothing of their own: a run's failure is the study's row, a worker that cannot start
+# fails the cluster's start here, and a worker busy with a run while a stopped study closes its scheduler would log
+# its lost heartbeat as a traceback.
+LOCAL_QUIET = {"DASK_LOGGING__DISTRIBUTED": "critical"}
 
 
 @dataclass(frozen=True)
@@ -96,11 +101,12 @@ def slots(
     return [Slot(f"{prefix}cpu{k}", f"cpu{k}", {**env, LABEL_ENV: f"cpu{k}"}) for k in range(count)]
 
 
-def _worker_options(slot: Slot) -> dict[str, Any]:
+def _worker_options(slot: Slot, quiet: dict[str, str] | None = None) -> dict[str, Any]:
     # One thread: one run at a time per device. No memory limit: a GPU run's host memory is not Dask's to police.
-    # Ctrl-C is the study's (the parent's) to handle: the workers ignore it, the nanny stops them.
+    # Ctrl-C and SIGTERM are the study's (the parent's) to handle: the workers ignore them, the nanny stops them.
     preload = ["gpulab.studies.worker_signals"]
-    return {"nthreads": 1, "env": slot.env, "memory_limit": 0, "name": slot.name, "preload": preload}
+    env = {**slot.env, **(quiet or {})}
+    return {"nthreads": 1, "env": env, "memory_limit": 0, "name": slot.name, "preload": preload}
 
 
 @contextlib.contextmanager
@@ -110,12 +116,15 @@ def local_client(chosen: list[Slot]) -> Iterator[Any]:
         os.environ.setdefault(key, value)
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    spec = {slot.name: {"cls": Nanny, "options": _worker_options(slot)} for slot in chosen}
+    spec = {slot.name: {"cls": Nanny, "options": _worker_options(slot, LOCAL_QUIET)} for slot in chosen}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0", "host": "127.0.0.1"}}
-    with (
-        SpecCluster(workers=spec, scheduler=scheduler, silence_logs=logging.ERROR) as cluster,
-        Client(cluster) as client,
-    ):
+    with contextlib.ExitStack() as stack:
+        # Started whole, then closed as at any other moment: a cluster stopped halfway through its start leaves
+        # workers that Dask closes at exit with tracebacks (a worker still in Status.init, a scheduler gone from
+        # under a worker's heartbeat). A Ctrl-C or SIGTERM meanwhile waits the seconds the start takes.
+        with ctrl_c_held():
+            cluster = stack.enter_context(SpecCluster(workers=spec, scheduler=scheduler, silence_logs=logging.ERROR))
+            client = stack.enter_context(Client(cluster))
         client.wait_for_workers(len(chosen), timeout=300)
         yield client
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.interrupts import stopped
 from gpulab.progress_line import ProgressLine
 
 SHIPPED = Path(__file__).parent / "files"
@@ -99,13 +100,13 @@ def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, ar
                 command=_command_line(),
                 trust_pickles=getattr(args, "trust_pickles", False),
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the session was recorded on the way out
+        word, code = stopped(stop)
         print(
-            f"gpulab: interrupted; finished runs are kept in {study_dir}, `gpulab study resume {study_dir}` runs the "
-            "rest",
+            f"gpulab: {word}; finished runs are kept in {study_dir}, `gpulab study resume {study_dir}` runs the rest",
             file=sys.stderr,
         )
-        return 130
+        return code
     for note in session.notes:
         print(f"study {study.name}: {note}", file=sys.stderr)
     html, md = write_report(study_dir)
@@ -193,8 +194,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"study workers for {args.scheduler}: {names} (Ctrl-C stops them)", file=sys.stderr)
     try:
         cluster.serve(args.scheduler, chosen)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as stop:  # the workers are stopped; Ctrl-C at the terminal needs no line
+        word, code = stopped(stop)
+        if code != 130:
+            print(f"gpulab: {word}", file=sys.stderr)
+        return code
     return 0
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TextIO
 
 from gpulab import names
+from gpulab.interrupts import Terminated, child_env, stop_child
 from gpulab.studies.cluster import DEVICE_ENV, LABEL_ENV, THREADS_ENV
 from gpulab.studies.spec import EPOCH_KEYS, RUN_FIELDS, WORKER
 from gpulab.workloads.registry import REGISTRY
@@ -31,6 +33,7 @@ from gpulab.workloads.stand_ins import stand_ins
 META = ("study", "workload", "framework", "size", "precision", "launcher", "gpus", "repeat", "seed", "data")
 CURVE_POINTS = 200  # a loss curve is kept at up to this many points
 RESULT = "result.json"
+STOP_GRACE_S = 15.0  # for a stopped `gpulab run` to stop its own workers (its torchrun agent's grace and some)
 
 
 def workload_params(pset: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +325,7 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     cmd = gpulab_run_command(pset, report)
     (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
     with (run_dir / "log.txt").open("w") as log:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
+        proc = _run_gpulab(cmd, log)
     if proc.returncode != 0:
         lines = [ln for ln in (run_dir / "log.txt").read_text(errors="replace").splitlines() if ln.strip()]
         raise RuntimeError(f"gpulab run exited {proc.returncode}: {lines[-1] if lines else 'no output'}")
@@ -346,6 +349,21 @@ def _run_child(pset: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "loss_curve": [[e.get("epoch"), e.get("train_loss")] for e in record.get("epochs") or []],
         "stand_ins": params.get("stand_ins") or [],
     }
+
+
+def _run_gpulab(cmd: list[str], log: TextIO) -> subprocess.CompletedProcess[str]:
+    """A `gpulab run` to its end, stopped as this process is: Ctrl-C or SIGTERM here is passed on to it (in a session
+    of its own, it gets it once, from here), and it ends with this process (or the Dask worker thread waiting for it)
+    should that be killed."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env(), start_new_session=True
+    ) as proc:
+        try:
+            stdout, _ = proc.communicate()
+        except KeyboardInterrupt as stop:
+            stop_child(proc, STOP_GRACE_S, signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, None)
 
 
 def _jsonable(value: Any) -> Any:

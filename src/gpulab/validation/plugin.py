@@ -24,6 +24,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.discover import fingerprint as discover
 from gpulab.hw.model import GpuInfo
+from gpulab.interrupts import raise_terminated, stop_on_signals, stopped
 from gpulab.launch import progress
 from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
 from gpulab.report.model import Check, Status
@@ -42,6 +43,8 @@ LAB_KEY = pytest.StashKey[Lab]()
 EXIT_INCONCLUSIVE = 6
 SUITE_KEY = pytest.StashKey[SuiteProgress]()
 REPORT_PATH_KEY = pytest.StashKey[Path]()
+STOP_STATUS_KEY = pytest.StashKey[int]()
+STOP_STATUS_PLUGIN = "gpulab-stop-status"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -184,18 +187,32 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         )
     config.stash[LAB_KEY] = lab
-    _stop_gracefully_on_sigterm()
+    _stop_gracefully_on_signals(config)
 
 
-def _stop_gracefully_on_sigterm() -> None:
-    """Treat SIGTERM (a scheduler's or `timeout`'s stop) like Ctrl-C, so the report is still written."""
+def _stop_gracefully_on_signals(config: pytest.Config) -> None:
+    """SIGTERM (a scheduler's or `timeout`'s stop) stops the run as Ctrl-C does, so the report is still written; a
+    SIGINT ignored by the shell that started the suite in the background (`pytest validate/ &`) is taken back, so
+    `kill -INT` stops it too. The run then exits 130 (Ctrl-C) or 143 (SIGTERM), as gpulab's commands do."""
     if threading.current_thread() is not threading.main_thread():
         return
+    if hasattr(config, "workerinput"):  # an xdist worker: Ctrl-C is its controller's, as xdist arranges
+        signal.signal(signal.SIGTERM, raise_terminated)
+        return
+    stop_on_signals()
+    if not config.pluginmanager.has_plugin(STOP_STATUS_PLUGIN):
+        config.pluginmanager.register(_StopStatus(config), STOP_STATUS_PLUGIN)
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"stopped by signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupt)
+class _StopStatus:
+    """Keeps the exit status of a run a signal stopped (the hook is told the exception, not the session)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        if isinstance(excinfo.value, KeyboardInterrupt):  # not pytest.exit(), which names its own status
+            self.config.stash[STOP_STATUS_KEY] = stopped(excinfo.value)[1]
 
 
 def _lab(config: pytest.Config) -> Lab:
@@ -419,6 +436,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from gpulab.report.render import write_rendered
 
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    if interrupted and STOP_STATUS_KEY in session.config.stash:  # pytest's 2 said it to pytest's users
+        session.exitstatus = session.config.stash[STOP_STATUS_KEY]
     program = "pytest" if Path(sys.argv[0]).name in ("__main__.py", "pytest") else Path(sys.argv[0]).name
     command = shlex.join([program, *sys.argv[1:]])
     known = {c.name for c in lab.report.checks}
