@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -126,9 +127,38 @@ def test_a_scheduler_address_that_is_not_a_dask_scheduler_is_refused_in_bounded_
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         started = time.monotonic()
-        with pytest.raises(GpulabError, match="answers, but not as a Dask scheduler"):
+        with pytest.raises(GpulabError, match="accepts connections but says nothing within"):
             cluster.reachable(f"tcp://127.0.0.1:{server.server_address[1]}")
         assert time.monotonic() - started < cluster.CONNECT_S + 5
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def black_hole():
+    """A TCP listener that accepts connections (the kernel does) and never says a word."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def http_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("target", ["black_hole", "http_server"])
+def test_study_worker_refuses_an_address_where_no_scheduler_answers(target, request):
+    address = request.getfixturevalue(target)
+    started = time.monotonic()
+    proc = gpulab("study", "worker", address, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"gpulab: error: study worker {address}: ") and "says nothing within" in lines[0]
+    assert time.monotonic() - started < cluster.CONNECT_S + 10
