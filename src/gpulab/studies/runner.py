@@ -27,7 +27,7 @@ from gpulab.launch.common import write_json_atomic
 from gpulab.paths import parse_json, read_input_text
 from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database
 from gpulab.report.io import atomic_write_text, jsonable
-from gpulab.studies import cluster, ledger, packing
+from gpulab.studies import cluster, ledger, packing, preflight
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.lock import owning
 from gpulab.studies.progress import Progress, finished_counter, watching
@@ -179,6 +179,7 @@ def run_study(
         _check_data(study)
         if not study.whole_machine:
             chosen = cluster.slots(study.workers, study.threads)
+    preflight.check_runs(study, files_here=not scheduler)  # every run's values and files, as its worker would
     study_dir.mkdir(parents=True, exist_ok=True)
     with owning(study_dir, say or _say):  # before anything is written; held until the record is
         _check_dir(study, study_dir, resume)  # a `run` that started beside this one has finished meanwhile
