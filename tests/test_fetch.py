@@ -401,3 +401,45 @@ def test_chexnet_starts_from_fetched_densenet121_weights(server: Files, tmp_path
     assert session.model.state_dict()["classifier.weight"].shape[0] == chexnet.CLASSES
     random = chexnet.build(RunConfig(workload="chexnet", size="tiny"), "cpu")
     assert random.info["weights"] == "random"
+
+
+def test_a_mirror_folder_serves_a_data_set(tmp_path: Path, monkeypatch) -> None:
+    """GPULAB_WEIGHTS_MIRROR as a folder: the archives are read from it by their published names, checked against
+    their MD5s and unpacked (torchvision's own download code cannot read a file: URL)."""
+    files = _mnist_archives(tmp_path)
+    (tmp_path / "mirror").mkdir()
+    resources = []
+    for name, content in files.items():
+        (tmp_path / "mirror" / name).write_bytes(content)
+        resources.append(
+            fetch.Resource((f"https://example.invalid/mnist/{name}",), name, hashlib.md5(content).hexdigest())
+        )
+    monkeypatch.setenv(fetch.MIRROR_ENV, str(tmp_path / "mirror"))
+    root = fetch.fetch_dataset("mnist", resources)
+    images, _ = data.read_mnist(root)
+    assert images.shape == (1797, 1, 28, 28) and sorted(p.name for p in root.parent.iterdir()) == ["mnist"]
+
+
+@pytest.mark.parametrize("held", ["nothing", "other files"])
+def test_data_mnist_through_a_mirror_folder_is_one_clear_line(tmp_path: Path, held: str) -> None:
+    """`gpulab run mnist --data mnist` with the mirror a folder: a missing file or one that is not the published
+    archive (these digits are not MNIST) is one line naming the file, and nothing is kept."""
+    import os
+    import subprocess
+    import sys
+
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    if held == "other files":
+        for name, content in _mnist_archives(tmp_path).items():
+            (mirror / name).write_bytes(content)
+    env = {**os.environ, fetch.MIRROR_ENV: str(mirror), fetch.CACHE_ENV: str(tmp_path / "cache")}
+    argv = ["run", "mnist", "--launcher", "cpu", "--threads", "1", "--size", "tiny", "--steps", "1", "--data", "mnist"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulab", *argv], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    expected = "does not exist" if held == "nothing" else "does not match its published checksum"
+    assert f"{mirror}/train-images-idx3-ubyte.gz" in lines[0] and expected in lines[0], lines[0]
+    assert "attribute" not in lines[0] and not (tmp_path / "cache" / "data" / "mnist").exists()

@@ -124,7 +124,8 @@ def test_schema_violation_names_path(tmp_path):
     p.write_text(json.dumps(data))
     msg = _err(p)
     assert "does not match gpulab.report/3" in msg
-    assert "$.results[2].n" in msg and "$.checks[0]" in msg and "'status' is a required property" in msg
+    assert "$.results[2] (matmul torch gpu n=two bf16).n" in msg and "$.checks[0]" in msg
+    assert "'status' is a required property" in msg
 
 
 def test_default_report_path(tmp_path):

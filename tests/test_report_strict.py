@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,12 @@ def _refused(path: Path) -> str:
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith(str(path)), msg
     assert info.value.exit_code == 2
-    return msg
+    return _unlabelled(msg)
+
+
+def _unlabelled(msg: str) -> str:
+    """The message without the key of the row a path points into: `$.results[2] (matmul ...).value` -> `[2].value`."""
+    return re.sub(r"(\[\d+\]) \([^)]*\)", r"\1", msg)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +61,11 @@ def test_non_finite_deep_inside_telemetry_is_found(tmp_path, good):
     assert "$.results[9].telemetry.timeline[0].power_w is NaN" in _refused(bad)
 
 
+def _spread(**changes: Any) -> dict[str, Any]:
+    spread = {"windows": [1.0, 2.0, 3.0], "median": 2.0, "low": 1.0, "high": 3.0, "confidence": 0.75}
+    return {**spread, "method": "range", **changes}
+
+
 @pytest.mark.parametrize(
     ("where", "mutate", "expected"),
     [
@@ -75,6 +86,19 @@ def test_non_finite_deep_inside_telemetry_is_found(tmp_path, good):
         ("$.scaling[1].efficiency", lambda d: d["scaling"][1].update(efficiency=-0.5), "greater than 0"),
         ("$.scaling[1].n", lambda d: d["scaling"][1].update(n=0), "must be at least 1"),
         ("$.duration_s", lambda d: d.update(duration_s=-1), "must be at least 0"),
+        (
+            "$.results[0].value",
+            lambda d: d["results"][0].update(value=1e300),
+            "1e+300 is out of range, it must be at most",
+        ),
+        ("$.results[0].pct_of_spec", lambda d: d["results"][0].update(pct_of_spec=1e13), "must be at most 1e+12"),
+        ("$.speedups[0].ratio", lambda d: d["speedups"][0].update(ratio=1e300), "must be at most 1e+12"),
+        ("$.scaling[1].throughput", lambda d: d["scaling"][1].update(throughput=1e300), "must be at most 1e+12"),
+        (
+            "$.results[0].spread.windows[1]",
+            lambda d: d["results"][0].update(spread=_spread(windows=[1.0, 1e300, 2.0])),
+            "must be at most 1e+12",
+        ),
         (
             "$.fingerprint.gpus[0].nvlinks[0].bandwidth_gbps",
             lambda d: d["fingerprint"]["gpus"][0]["nvlinks"][0].update(bandwidth_gbps=-26.5),
@@ -106,7 +130,7 @@ def test_writer_refuses_what_the_loader_refuses(tmp_path):
 def test_report_from_data_refuses_nan_built_in_memory():
     data = sample_report().to_dict()
     data["scaling"][0]["efficiency"] = math.nan
-    with pytest.raises(ReportError, match=r"\$\.scaling\[0\]\.efficiency is NaN, not a finite number"):
+    with pytest.raises(ReportError, match=r"\$\.scaling\[0\] \(\w+ .*\)\.efficiency is NaN, not a finite number"):
         report_from_data(data, "child.json")
 
 
@@ -122,8 +146,8 @@ def test_compare_refuses_nan_and_negative_reports(tmp_path, good, capsys):
     assert main(["compare", str(path), str(nan)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"gpulab: error: {nan}: $.results[0].value is NaN, not a finite number (gpulab never writes NaN or "
-        "infinity); the run that produced it went wrong: re-run it, or fix or remove that value"
+        f"gpulab: error: {nan}: $.results[0] (matmul torch gpu n=1 bf16).value is NaN, not a finite number (gpulab "
+        "never writes NaN or infinity); the run that produced it went wrong: re-run it, or fix or remove that value"
     )
     data["results"][0]["value"] = -785.0
     neg = tmp_path / "neg.json"
@@ -131,4 +155,22 @@ def test_compare_refuses_nan_and_negative_reports(tmp_path, good, capsys):
     assert main(["compare", str(path), str(neg)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"{neg} does not match gpulab.report/3: $.results[0].value: -785.0 is out of range" in err
+    assert f"{neg} does not match gpulab.report/3: $.results[0] (matmul torch gpu n=1 bf16).value: -785.0 is out" in err
+
+
+@pytest.mark.parametrize("literal", ["1e300", "Infinity", "NaN", "-5"])
+def test_compare_refuses_an_absurd_figure_naming_the_file_row_and_field(tmp_path, good, literal):
+    import subprocess
+    import sys
+
+    path, text, data = good
+    bad = tmp_path / "absurd.json"
+    bad.write_text(text.replace(f'"value": {data["results"][0]["value"]},', f'"value": {literal},', 1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulab", "compare", str(path), str(bad)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith(f"gpulab: error: {bad}") and "$.results[0] (matmul torch gpu n=1 bf16).value" in (
+        proc.stderr
+    )
+    assert "regress" not in proc.stdout

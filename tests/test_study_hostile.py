@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -126,9 +127,84 @@ def test_a_scheduler_address_that_is_not_a_dask_scheduler_is_refused_in_bounded_
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         started = time.monotonic()
-        with pytest.raises(GpulabError, match="answers, but not as a Dask scheduler"):
+        with pytest.raises(GpulabError, match="accepts connections but says nothing within"):
             cluster.reachable(f"tcp://127.0.0.1:{server.server_address[1]}")
         assert time.monotonic() - started < cluster.CONNECT_S + 5
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def black_hole():
+    """A TCP listener that accepts connections (the kernel does) and never says a word."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def http_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("target", ["black_hole", "http_server"])
+def test_study_worker_refuses_an_address_where_no_scheduler_answers(target, request):
+    address = request.getfixturevalue(target)
+    started = time.monotonic()
+    proc = gpulab("study", "worker", address, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"gpulab: error: study worker {address}: ") and "says nothing within" in lines[0]
+    assert time.monotonic() - started < cluster.CONNECT_S + 10
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once it is closed
+
+
+@pytest.mark.parametrize(
+    ("fixed", "vary", "expected"),
+    [
+        ({"width": -3}, None, "every run would fail: style_transfer: parameter width=-3 is invalid"),
+        ({"iterations": -2}, None, "parameter iterations=-2 is invalid; expected an integer ≥ 1"),
+        ({}, {"width": [32, -3]}, "the run with width=-3 would fail: style_transfer: parameter width=-3"),
+        ({"content": "{dir}/not-an-image.png"}, None, "not-an-image.png is not an image Pillow can read"),
+        ({"content": "{dir}/missing.png"}, None, "missing.png does not exist"),
+        ({"vgg_weights": "https://example.invalid/vgg19.pth"}, None, "carries no checksum"),
+        ({"vgg_weights": "http://127.0.0.1:{port}/vgg19-dcbb9e9d.pth"}, None, "cannot be fetched (Connection refused)"),
+    ],
+)  # fmt: skip
+def test_a_run_value_that_would_fail_is_refused_before_the_study_directory(tmp_path, fixed, vary, expected):
+    (tmp_path / "not-an-image.png").write_text("these are notes, not an image\n")
+    port = _closed_port()
+    fixed = {k: v.format(dir=tmp_path, port=port) if isinstance(v, str) else v for k, v in fixed.items()}
+    study = {**BASE, "fixed": {**BASE["fixed"], **fixed}, **({"vary": {"params": vary}} if vary else {})}
+    (tmp_path / "s.yml").write_text(yaml.safe_dump(study))
+    out = tmp_path / "out"
+    proc = gpulab("study", "run", str(tmp_path / "s.yml"), "--study-dir", str(out))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpulab:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert errors[0].startswith("gpulab: error: study s: ") and expected in errors[0], errors[0]
+    assert errors[0].endswith("nothing was written") and not out.exists()
+
+
+def test_runs_for_another_hosts_workers_are_checked_without_their_files(tmp_path):
+    from gpulab.studies import preflight
+
+    study = {**BASE, "fixed": {**BASE["fixed"], "content": str(tmp_path / "on-the-worker.png")}}
+    (tmp_path / "s.yml").write_text(yaml.safe_dump(study))
+    preflight.check_runs(load_study(tmp_path / "s.yml"), files_here=False)  # the image is the workers' host's
+    with pytest.raises(GpulabError, match=r"on-the-worker\.png does not exist"):
+        preflight.check_runs(load_study(tmp_path / "s.yml"))
+    study["fixed"]["width"] = -3
+    (tmp_path / "s.yml").write_text(yaml.safe_dump(study))
+    with pytest.raises(GpulabError, match="parameter width=-3 is invalid"):
+        preflight.check_runs(load_study(tmp_path / "s.yml"), files_here=False)

@@ -84,19 +84,32 @@ def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
     print(f"252 tiny runs on two CPU workers: {wall:.1f} s")
 
 
+def _run_losing(path: Path, out: Path, lost: Path) -> subprocess.CompletedProcess[str]:
+    """`study run` whose image `lost` goes away once the pre-flight checked it (the study directory is made right
+    after, well before the workers have started): as a file on a share can, so its runs fail on their worker."""
+    cmd = [sys.executable, "-m", "gpulab", "study", "run", str(path), "--study-dir", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 300
+    while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lost.unlink()
+    stdout, stderr = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def test_a_failed_run_is_recorded_the_study_goes_on_and_resume_runs_only_it(tmp_path):
-    good, missing = _image(tmp_path / "good.png"), tmp_path / "later.png"
+    good, missing = _image(tmp_path / "good.png"), _image(tmp_path / "later.png")
     path = _study(tmp_path, "content", vary={"mode": "zip", "params": {"content": [str(good), str(missing)]}}, repeat=2)
     out = tmp_path / "out"
-    first = gpulab("study", "run", str(path), "--study-dir", str(out))
-    assert first.returncode == 1 and "2 ok, 2 failed of 4 runs" in first.stdout
+    first = _run_losing(path, out, missing)
+    assert first.returncode == 1 and "2 ok, 2 failed of 4 runs" in first.stdout, first.stderr[-2000:]
     df = load_database(out)
     failed = df[df["status_"] == "failed"]
     assert len(failed) == 2 and all("later.png" in f for f in failed["failure_"])
     assert all((out / pid / "error.txt").is_file() for pid in failed["_pset_id"])
+    _image(missing)
     rerun = gpulab("study", "run", str(path), "--study-dir", str(out))
     assert rerun.returncode == 2 and "already holds this study; `gpulab study resume`" in rerun.stderr
-    _image(missing)
     resumed = gpulab("study", "resume", str(out))
     assert resumed.returncode == 0 and "2 ok, 0 failed of 2 runs" in resumed.stdout, resumed.stderr
     df = load_database(out)

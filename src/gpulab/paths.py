@@ -303,6 +303,25 @@ def json_depth_over(value: object, limit: int = JSON_MAX_DEPTH) -> bool:
     return False
 
 
+def parse_json(text: str, where: str, fix: str) -> object:
+    """The JSON of an input file; a key given twice, nesting deeper than JSON_MAX_DEPTH or text that is not JSON
+    is a GpulabError naming `where` (the file) and saying `fix`."""
+    import json
+
+    deep = False
+    try:
+        data = json.loads(text, object_pairs_hook=unique_object)
+    except DuplicateKeyError as err:
+        raise GpulabError(f"{where}: {err}; {fix}") from None
+    except RecursionError:  # json's parser recurses per level: far beyond the limit, it gives up first
+        data, deep = None, True
+    except ValueError as err:
+        raise GpulabError(f"{where} is not JSON ({err}); {fix}") from None
+    if deep or json_depth_over(data):
+        raise GpulabError(f"{where} is nested more than {JSON_MAX_DEPTH} levels deep (the limit); {fix}")
+    return data
+
+
 def load_yaml(text: str) -> object:
     """YAML parsed by PyYAML's safe loader with limits: at most YAML_MAX_ALIASES aliases, YAML_MAX_NODES nodes
     and YAML_MAX_DEPTH levels of nesting (an alias bomb or a deep document is refused before it is built), and no

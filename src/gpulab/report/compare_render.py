@@ -10,6 +10,7 @@ from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
 from gpulab.report.compare_keys import key_text
 from gpulab.report.compare_rows import ratio_cell
 from gpulab.report.formatting import name_list, num, ratio_pct
+from gpulab.report.markdown import md_table, md_text
 
 
 @dataclass
@@ -165,15 +166,13 @@ def to_text(c: Comparison, width: int = 160) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
+    """The comparison as Markdown; every text from the reports HTML-escaped, as the HTML page has it."""
     parts = ["# gpulab comparison", ""]
     for sec in sections(c):
-        parts += [f"## {sec.title}", ""]
+        parts += [f"## {md_text(sec.title)}", ""]
         if sec.headers:
-            parts.append("| " + " | ".join(sec.headers) + " |")
-            parts.append("|" + "---|" * len(sec.headers))
-            parts += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in sec.rows]
-            parts.append("")
-        parts += [f"- {line}" for line in sec.lines]
+            parts += [*md_table(sec.headers, sec.rows), ""]
+        parts += [f"- {md_text(line)}" for line in sec.lines]
         parts.append("")
     return "\n".join(parts).rstrip() + "\n"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.paths import DuplicateKeyError, json_depth_over, read_input_text, unique_object
+from gpulab.paths import parse_json, read_input_text
 from gpulab.report.io import atomic_write_bytes, atomic_write_text
 
 DATABASE = "database.pk"
@@ -75,18 +75,8 @@ def save_row(run_dir: Path, row: dict[str, Any]) -> None:
 
 
 def _read_json_rows(path: Path, what: str, limit: int) -> Any:
-    text = read_input_text(path, what, "move it away; the study's other files are kept", limit=limit)
-    try:
-        data = json.loads(text, object_pairs_hook=unique_object)
-    except DuplicateKeyError as err:
-        raise GpulabError(f"{path}: {err}; the file is damaged: move it away") from None
-    except RecursionError:
-        raise GpulabError(f"{path} is nested too deeply to be {what}; the file is damaged: move it away") from None
-    except ValueError as err:
-        raise GpulabError(f"{path} is not JSON ({err}); the file is damaged: move it away") from None
-    if json_depth_over(data):
-        raise GpulabError(f"{path} is nested too deeply to be {what}; the file is damaged: move it away")
-    return data
+    fix = "the file is damaged: move it away; the study's other files are kept"
+    return parse_json(read_input_text(path, what, fix, limit=limit), f"{path} ({what})", fix)
 
 
 def _saved_rows(study_dir: Path, known: set[str]) -> list[dict[str, Any]]:

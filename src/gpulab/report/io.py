@@ -65,25 +65,49 @@ def _validator() -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
-def schema_errors(data: Any) -> list[str]:
-    """Every schema violation in `data` as "JSON path: message", in document order; empty when valid."""
+def schema_errors(data: Any, *, rows_named: bool = False) -> list[str]:
+    """Every schema violation in `data` as "JSON path: message", in document order; empty when valid. With
+    `rows_named`, a path into a row of results, speedups or scaling names that row's key too."""
     errors = sorted(
         _validator().iter_errors(data),
         key=lambda e: [f"{p:09d}" if isinstance(p, int) else str(p) for p in e.absolute_path],
     )
-    return [_describe(e) for e in errors]
+    return [_describe(e, data if rows_named else None) for e in errors]
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError, data: Any = None) -> str:
     while err.context:  # a oneOf/anyOf failed: the deepest error inside it names the real problem
-        err = max(err.context, key=lambda e: len(e.absolute_path))
-    if err.validator in ("minimum", "exclusiveMinimum"):
-        bound = "at least" if err.validator == "minimum" else "greater than"
-        return f"{err.json_path}: {err.instance!r} is out of range, it must be {bound} {err.validator_value}"
+        deepest = max(len(e.absolute_path) for e in err.context)
+        inside = [e for e in err.context if len(e.absolute_path) == deepest]
+        err = next((e for e in inside if e.validator != "type"), inside[0])  # a bound over "is not null"
+    where = _row_named(data, err.json_path)
+    if err.validator in ("minimum", "exclusiveMinimum", "maximum"):
+        bound = {"minimum": "at least", "exclusiveMinimum": "greater than", "maximum": "at most"}[str(err.validator)]
+        return f"{where}: {err.instance!r} is out of range, it must be {bound} {err.validator_value:g}"
     message = err.message
     if len(message) > 300:
         message = message[:297] + "..."
-    return f"{err.json_path}: {message}"
+    return f"{where}: {message}"
+
+
+_ROW = re.compile(r"^(\$\.(results|speedups|scaling)\[(\d+)\])(.*)$")
+
+
+def _row_named(data: Any, json_path: str) -> str:
+    """`json_path` with the row it points into named by its key: `$.results[3] (resnet50 torch gpu n=1 bf16).value`."""
+    m = _ROW.match(json_path)
+    rows = data.get(m.group(2)) if m and isinstance(data, dict) else None
+    index = int(m.group(3)) if m else 0
+    row = rows[index] if isinstance(rows, list) and index < len(rows) else None
+    if m is None or not isinstance(row, dict):
+        return json_path
+    parts = [
+        f"n={v}" if k == "n" else str(v)
+        for k in ("workload", "framework", "launcher", "from", "to", "n", "precision")
+        if isinstance(v := row.get(k), (str, int)) and not isinstance(v, bool)
+    ]
+    label = "".join(c if c.isprintable() else "?" for c in " ".join(parts)[:120])  # the message stays one line
+    return f"{m.group(1)} ({label}){m.group(4)}" if parts else json_path
 
 
 def _bad_value_path(value: Any, path: str = "$") -> str | None:
@@ -291,8 +315,8 @@ def report_from_data(data: Any, path: Path | str = "<data>") -> Report:
     bad = _non_finite(data)
     if bad:  # the writer refuses these too: a report holds finite numbers only
         raise ReportError(
-            f"{path}: {bad[0]} is {bad[1]}, not a finite number (gpulab never writes NaN or infinity); "
-            "the run that produced it went wrong: re-run it, or fix or remove that value",
+            f"{path}: {_row_named(data, bad[0])} is {bad[1]}, not a finite number (gpulab never writes NaN or "
+            "infinity); the run that produced it went wrong: re-run it, or fix or remove that value",
             path,
         )
     if not isinstance(data, dict):
@@ -319,7 +343,7 @@ def report_from_data(data: Any, path: Path | str = "<data>") -> Report:
         raise ReportError(
             f"{path} has an unknown report schema {tag!r}; this gpulab reads {', '.join(READABLE_SCHEMAS)}", path
         )
-    problems = schema_errors(data)
+    problems = schema_errors(data, rows_named=True)
     if problems:
         shown = "; ".join(problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""

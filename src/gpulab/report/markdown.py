@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -42,23 +43,34 @@ from gpulab.report.views import (
 # --- Markdown -------------------------------------------------------------------------------------
 
 
-def _md_cell(value: Any) -> str:
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+def md_text(value: Any) -> str:
+    """Text from a report (a host name, a message, a GPU name) as Markdown shows it: HTML escaped as the HTML page
+    escapes it (`<script>` stays text: Markdown passes raw HTML through), `\\` and `|` escaped for tables, one line."""
+    text = html.escape(str(value), quote=False).replace("\\", "\\\\").replace("|", "\\|")
     return " ".join(text.replace("\r", "").split("\n")).strip() or " "
 
 
+def md_code(value: Any) -> str:
+    """Text from a report as inline code: a code span, or an HTML <code> element with the text escaped where a code
+    span could not hold it (a backtick would end it; `<`, `&` kept raw would be HTML to a reader of the file)."""
+    text = " ".join(str(value).split())
+    if any(c in text for c in "`<>&|\\"):
+        return f"<code>{md_text(text)}</code>"
+    return f"`{text}`"
+
+
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md_text(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
     return lines
 
 
 def _md_verdict(report: Report) -> list[str]:
-    host = _md_cell(host_verdict_text(report))
-    out = ["## Verdict", "", f"**{_md_cell(verdict_text(report))}**", ""]
-    out += [f"**{host}**" if host_verdict(report) == "contended" else host, "", _md_cell(run_text(report)), ""]
+    host = md_text(host_verdict_text(report))
+    out = ["## Verdict", "", f"**{md_text(verdict_text(report))}**", ""]
+    out += [f"**{host}**" if host_verdict(report) == "contended" else host, "", md_text(run_text(report)), ""]
     if stand_ins := stand_ins_text(report):
-        out += [f"> **{_md_cell(stand_ins)}**", ""]
+        out += [f"> **{md_text(stand_ins)}**", ""]
     if report.interrupted:
         out += ["> **Interrupted:** the run was stopped before every test ran; results are partial.", ""]
     return out
@@ -72,8 +84,8 @@ def _md_failures(report: Report) -> list[str]:
         return ["## Failures", "", "No check failed or errored.", ""]
     out = ["## Failures", ""]
     for c in failures:
-        out.append(f"- **{c.status.upper()}** `{c.name}`: {_md_cell(c.message)}")
-        out += [f"  - {label}: {_md_cell(text)}" for label, text in failure_facts(report, c)]
+        out.append(f"- **{c.status.upper()}** {md_code(c.name)}: {md_text(c.message)}")
+        out += [f"  - {md_text(label)}: {md_text(text)}" for label, text in failure_facts(report, c)]
     return [*out, ""]
 
 
@@ -109,14 +121,14 @@ def _md_machine(report: Report) -> list[str]:
     if gpus:
         out += md_table(GPU_HEADERS, gpus)
     else:
-        out.append(f"No GPU found{': ' + fp['gpu_absent_reason'] if fp.get('gpu_absent_reason') else '.'}")
+        out.append(f"No GPU found{': ' + md_text(fp['gpu_absent_reason']) if fp.get('gpu_absent_reason') else '.'}")
     topo = topology_table(fp)
     if topo:
         out += ["", "GPU topology:", "", *md_table(*topo)]
     out += ["", "### Software", "", *md_table(("Component", "Version"), software_rows(fp))]
     env = (fp.get("software") or {}).get("env") or {}
     if env:
-        out += ["", "Environment: " + ", ".join(f"`{k}={v}`" for k, v in sorted(env.items()))]
+        out += ["", "Environment: " + ", ".join(md_code(f"{k}={v}") for k, v in sorted(env.items()))]
     return [*out, ""]
 
 
@@ -148,7 +160,7 @@ def _md_measurements(report: Report) -> list[str]:
 def to_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown: the front page (verdict, failures with their fixes, key
     figures, speedups and scaling) first, then every detail."""
-    out = [f"# {page_title(report)}", ""]
+    out = [f"# {md_text(page_title(report))}", ""]
     out += _md_verdict(report) + _md_failures(report) + _md_key_figures(report) + _md_headlines(report)
     out += ["## Details", "", *_md_machine(report), *_md_checks(report), *_md_measurements(report)]
     return "\n".join(out).rstrip() + "\n"

@@ -151,31 +151,43 @@ def remote_client(address: str, timeout_s: float = 30.0) -> Iterator[Any]:
         yield client
 
 
-def reachable(address: str) -> None:
-    """A tcp://HOST:PORT address that accepts connections, checked at once (Dask would retry for its timeout)."""
+def reachable(address: str, what: str = "--scheduler") -> None:
+    """A tcp://HOST:PORT address where a Dask scheduler answers, checked at once (Dask would retry for its timeout,
+    and a worker would wait without end). `what` names the argument in the message: `--scheduler` of
+    `study run`, or the ADDRESS of `study worker`."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    fix = "start one with `dask scheduler` there, or leave --scheduler out to run here"
+    if what == "--scheduler":
+        fix = "start one with `dask scheduler` there, or leave --scheduler out to run here"
+        port_fix = "give the scheduler's port (8786 by default), or leave --scheduler out"
+    else:
+        fix = "start `dask scheduler` on that host first, then give its address (tcp://HOST:8786)"
+        port_fix = "give the scheduler's port (8786 by default)"
     try:
         host, port = parts.hostname, parts.port
     except ValueError:
         host = port = None
     if parts.scheme != "tcp" or not host or not port:
-        raise GpulabError(f"--scheduler {address!r} is not tcp://HOST:PORT (a Dask scheduler, e.g. tcp://gpu1:8786)")
+        raise GpulabError(f"{what} {address!r} is not tcp://HOST:PORT (a Dask scheduler, e.g. tcp://gpu1:8786)")
     try:
         with socket.create_connection((host, port), timeout=CONNECT_S) as sock:
             first = _first_bytes(sock)
     except OSError as err:
         raise GpulabError(
-            f"--scheduler {address}: nothing answers at {host}:{port} ({err.strerror or err}); {fix}"
+            f"{what} {address}: nothing answers at {host}:{port} ({err.strerror or err}); {fix}"
         ) from None
     # A Dask server speaks first: its handshake, framed by an 8-byte little-endian frame count. Anything else (an
     # HTTP server waits for a request; an SSH server greets in text) would leave Dask's client retrying.
+    if not first:
+        raise GpulabError(
+            f"{what} {address}: {host}:{port} accepts connections but says nothing within {CONNECT_S:g} s (a Dask "
+            f"scheduler greets at once: is it another service, or a firewall?); {port_fix}"
+        )
     if len(first) < 8 or not 0 < int.from_bytes(first[:8], "little") < 1024:
         raise GpulabError(
-            f"--scheduler {address}: {host}:{port} answers, but not as a Dask scheduler (is it the dashboard's "
-            f"port, or another service?); give the scheduler's port (8786 by default), or leave --scheduler out"
+            f"{what} {address}: {host}:{port} answers, but not as a Dask scheduler (is it the dashboard's "
+            f"port, or another service?); {port_fix}"
         )
 
 

@@ -188,6 +188,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from gpulab.studies import cluster
     from gpulab.studies.packing import gpu_totals, packed
 
+    # Nanny would wait without end for an address where no Dask scheduler answers: checked first, as --scheduler is.
+    cluster.reachable(args.scheduler, "study worker")
     slots = cluster.slots(args.workers, args.threads, host=cluster.this_host())
     chosen = packed(slots, args.per_gpu, gpu_totals())
     names = ", ".join(s.label for s in chosen)

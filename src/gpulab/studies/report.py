@@ -21,7 +21,7 @@ from gpulab.errors import GpulabError
 from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.html_page import CSS, html_table, img_tag
 from gpulab.report.io import atomic_write_text
-from gpulab.report.markdown import md_table
+from gpulab.report.markdown import md_table, md_text
 from gpulab.report.plots import new_figure, png_base64
 from gpulab.report.svg import Markup, escape
 from gpulab.report.views import fmt_num
@@ -406,16 +406,16 @@ def build(study_dir: Path) -> StudyPage:
 
 
 def to_markdown(page: StudyPage) -> str:
-    s = page.study
-    out = [f"# Study {s.name}" + (f" ({s.variant})" if s.variant else ""), ""]
+    s = page.study  # every text from the study and its runs HTML-escaped, as the HTML page has it
+    out = [md_text(f"# Study {s.name}" + (f" ({s.variant})" if s.variant else "")), ""]
     if s.title:
-        out += [s.title, ""]
-    out += [f"- {page.counts_line}"] if page.counts_line else []
-    out += [f"- {headline(page.summary, s.whole_machine)}"]
+        out += [md_text(s.title), ""]
+    out += [f"- {md_text(page.counts_line)}"] if page.counts_line else []
+    out += [f"- {md_text(headline(page.summary, s.whole_machine))}"]
     if page.baseline_line:
-        out += [f"- {page.baseline_line}"]
+        out += [f"- {md_text(page.baseline_line)}"]
     if page.stand_ins_line:
-        out += [f"- **{page.stand_ins_line}**"]
+        out += [f"- **{md_text(page.stand_ins_line)}**"]
     out += ["", "## Workers", ""]
     out += md_table(
         ("worker", "runs", "busy", "share of wall time"),

@@ -11,7 +11,6 @@ ones too, and `resume` runs the planned runs with no successful row (studies.led
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -25,10 +24,10 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
 from gpulab.launch.common import write_json_atomic
-from gpulab.paths import read_input_text
+from gpulab.paths import parse_json, read_input_text
 from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database
 from gpulab.report.io import atomic_write_text, jsonable
-from gpulab.studies import cluster, ledger, packing
+from gpulab.studies import cluster, ledger, packing, preflight
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.lock import owning
 from gpulab.studies.progress import Progress, finished_counter, watching
@@ -113,11 +112,8 @@ def _write_document(path: Path, study: Study) -> None:
 
 def _json_file(path: Path, what: str) -> Any:
     """A JSON file of the study directory: a regular file (a FIFO or device is refused, not waited on), bounded."""
-    text = read_input_text(path, what, "the study directory is damaged: move it away", limit=MAX_RECORD_BYTES)
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise GpulabError(f"{path} is not JSON ({err}); the study directory is damaged: move it away") from None
+    fix = "the study directory is damaged: move it away"
+    return parse_json(read_input_text(path, what, fix, limit=MAX_RECORD_BYTES), f"{path} ({what})", fix)
 
 
 def load_recorded(study_dir: Path) -> Study:
@@ -183,6 +179,7 @@ def run_study(
         _check_data(study)
         if not study.whole_machine:
             chosen = cluster.slots(study.workers, study.threads)
+    preflight.check_runs(study, files_here=not scheduler)  # every run's values and files, as its worker would
     study_dir.mkdir(parents=True, exist_ok=True)
     with owning(study_dir, say or _say):  # before anything is written; held until the record is
         _check_dir(study, study_dir, resume)  # a `run` that started beside this one has finished meanwhile

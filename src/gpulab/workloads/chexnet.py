@@ -122,6 +122,7 @@ WORKLOAD = Workload(
     imagenet_start="DenseNet121",
     start_param="pretrained",
     generated_data="gpulab.workloads.chexnet:generated_data",
+    settings="gpulab.workloads.chexnet:settings",
 )
 
 

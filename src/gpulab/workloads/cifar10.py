@@ -122,6 +122,7 @@ WORKLOAD = Workload(
     recipe="gpulab.workloads.recipes:cifar10",
     data_set="CIFAR-10",
     generated_data="gpulab.workloads.cifar10:generated_data",
+    settings="gpulab.workloads.cifar10:settings",
 )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import urllib.error
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.workloads import checking
 
 MIRROR_ENV = "GPULAB_WEIGHTS_MIRROR"
 CACHE_ENV = "GPULAB_CACHE"
@@ -40,6 +42,10 @@ TORCH_WEIGHTS = {
     "resnet50": ("ResNet50_Weights", "IMAGENET1K_V1"),
 }
 DATASETS = ("mnist", "cifar10")  # data sets torchvision can download
+URL_SCHEMES = ("http", "https", "file", "ftp")  # a mirror given as one of these is a URL prefix, else a folder
+HASH_NAME = re.compile(r"-([a-f0-9]*)\.")  # torch.hub.HASH_REGEX: the SHA-256 prefix a download is checked against
+MAX_ARCHIVE_BYTES = 4 << 30  # a data set archive (CIFAR-10's is 170 MB)
+PROBE_S = 10.0  # how long a study's pre-flight waits for a weights URL to answer
 
 
 def cache_root() -> Path:
@@ -66,9 +72,18 @@ def mirrored(url: str) -> str:
     if base is None:
         return url
     name = _url_name(url)
-    if urllib.parse.urlparse(base).scheme in ("http", "https", "file", "ftp"):
+    folder = mirror_folder()
+    if folder is None:
         return base.rstrip("/") + "/" + urllib.parse.quote(name)
-    return Path(base).expanduser().resolve().joinpath(name).as_uri()
+    return folder.resolve().joinpath(name).as_uri()
+
+
+def mirror_folder() -> Path | None:
+    """The mirror when GPULAB_WEIGHTS_MIRROR names a folder rather than a URL prefix, else None."""
+    base = mirror()
+    if base is None or urllib.parse.urlparse(base).scheme in URL_SCHEMES:
+        return None
+    return Path(base).expanduser()
 
 
 def _reason(err: BaseException) -> str:
@@ -126,10 +141,10 @@ def torch_weights(model: str) -> Weights:
 
 def weights_at(url: str, what: str) -> Weights:
     """Weights at an http(s) URL whose file name carries its hash prefix (NAME-<sha256 prefix>.pth)."""
-    import torch.hub
-
     name = _url_name(url)
-    if not torch.hub.HASH_REGEX.search(name):
+    if not urllib.parse.urlparse(url).hostname:
+        raise GpulabError(f"{what}: {url!r} names no host; give the weights' URL (https://HOST/NAME-<hash>.pth)")
+    if not HASH_NAME.search(name):
         raise GpulabError(
             f"{what}: the file name {name!r} of {url} carries no checksum; name it as torch.hub does, "
             "NAME-<first hex digits of its sha256>.pth, so the download can be checked"
@@ -152,7 +167,7 @@ def fetch_weights(weights: Weights, progress: bool = True) -> Path:
     final = folder / weights.name
     if final.is_file():
         return final
-    match = torch.hub.HASH_REGEX.search(weights.name)
+    match = HASH_NAME.search(weights.name)
     source = mirrored(weights.url)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -165,14 +180,47 @@ def fetch_weights(weights: Weights, progress: bool = True) -> Path:
 
 def resolve_weights(value: Any, model: str, what: str) -> Path | None:
     """A weights parameter's file: `imagenet` fetches torchvision's published weights of `model`, an http(s) URL
-    fetches that file (its name carrying its hash prefix); anything else is not a download (None)."""
+    fetches that file (its name carrying its hash prefix); anything else is not a download (None). While settings
+    are checked (gpulab.workloads.checking) nothing is fetched: a URL must answer, and the name stands in."""
     if not isinstance(value, str):
         return None
     if value == IMAGENET:
-        return fetch_weights(torch_weights(model))
+        return Path(IMAGENET) if checking.active() else fetch_weights(torch_weights(model))
     if urllib.parse.urlparse(value).scheme in ("http", "https"):
-        return fetch_weights(weights_at(value, what))
+        weights = weights_at(value, what)
+        if checking.active():
+            if checking.files_here():
+                _answers(weights)
+            return Path(weights.name)
+        return fetch_weights(weights)
     return None
+
+
+def _answers(weights: Weights) -> None:
+    """Weights a run will fetch, checked without fetching them: already in torch.hub's cache, or a HEAD request
+    to where they come from (the mirror's file, or the URL) answers."""
+    if (torch_checkpoints() / weights.name).is_file():
+        return
+    source = mirrored(weights.url)
+    try:
+        if source.startswith("file:"):
+            if not Path(urllib.request.url2pathname(urllib.parse.urlparse(source).path)).is_file():
+                raise FileNotFoundError(f"no {weights.name} in the mirror folder")
+        else:
+            urllib.request.urlopen(urllib.request.Request(source, method="HEAD"), timeout=PROBE_S).close()
+    except urllib.error.HTTPError as err:
+        if err.code in (405, 501):  # a server that answers GET only
+            return
+        raise _unreachable(weights, source, err) from None
+    except (OSError, ValueError) as err:
+        raise _unreachable(weights, source, err) from None
+
+
+def _unreachable(weights: Weights, source: str, err: BaseException) -> GpulabError:
+    return GpulabError(
+        f"{weights.what}: {source} cannot be fetched ({_reason(err)}); fix the URL, set {MIRROR_ENV} to a URL or "
+        f"folder that holds {weights.name}, or pass the file's path instead"
+    )
 
 
 # ---------- data sets ----------
@@ -230,6 +278,10 @@ def fetch_dataset(
     items = list(resources) if resources is not None else dataset_resources(name)
     with _staging(final) as tmp:
         for item in items:
+            local = mirror_folder()
+            if local is not None:
+                _unpack_from_folder(utils, local / item.filename, item, tmp, f"data set {name} ({item.filename})")
+                continue
             sources = (mirrored(item.urls[0]),) if mirror() else item.urls
             last: tuple[str, BaseException] | None = None
             for url in sources:
@@ -249,6 +301,29 @@ def fetch_dataset(
                 folder = "the data set's folder with --data"
                 raise _failed(f"data set {name} ({item.filename})", last[0], final.parent, last[1], folder)
     return final
+
+
+def _unpack_from_folder(utils: Any, source: Path, item: Resource, tmp: Path, what: str) -> None:
+    """The mirror folder's copy of `item` checked against its MD5 and unpacked into `tmp`. torchvision's download
+    code cannot read a file: URL (its response has no length), so the archive is copied in first: torchvision then
+    finds it there, checks it and only unpacks it."""
+    from gpulab.paths import input_file
+
+    fix = f"put the published {item.filename} in the {MIRROR_ENV} folder, or pass the data set's folder with --data"
+    try:
+        shutil.copyfile(
+            input_file(source, f"{what}: the mirror's file", fix, limit=MAX_ARCHIVE_BYTES), tmp / item.filename
+        )
+    except OSError as err:
+        raise _failed(what, str(source), tmp.parent, err, "the data set's folder with --data") from None
+    if not utils.check_integrity(str(tmp / item.filename), item.md5):
+        raise GpulabError(
+            f"{what}: {source} does not match its published checksum (MD5 {item.md5}): not the published file, "
+            f"truncated or altered; nothing was kept: {fix}"
+        )
+    utils.download_and_extract_archive(
+        source.as_uri(), download_root=str(tmp), filename=item.filename, md5=item.md5, remove_finished=True
+    )
 
 
 # ---------- Keras weights (TF side) ----------

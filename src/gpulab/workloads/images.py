@@ -3,6 +3,7 @@ turned into tensors."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,18 @@ def load_image(path: Path, name: str = "content") -> Any:
         raise GpulabError(
             f"style_transfer: parameter {name}: {path} is not an image Pillow can read ({cause(err)}); {IMAGE_HINT}"
         ) from None
+
+
+def readable_image(path: Path, name: str = "content") -> None:
+    """`load_image`'s error when Pillow cannot read the image; each file is decoded once per process (a study's
+    pre-flight checks every run's images, and a grid names the same few files many times)."""
+    stat = path.stat()
+    _decoded(str(path), stat.st_size, stat.st_mtime_ns, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(path: str, size: int, mtime_ns: int, name: str) -> None:
+    load_image(Path(path), name)
 
 
 def resize_image(array: Any, height: int, width: int) -> Any:

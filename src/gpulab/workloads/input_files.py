@@ -10,6 +10,7 @@ from typing import Any
 
 from gpulab import paths
 from gpulab.errors import GpulabError
+from gpulab.workloads import checking
 
 MAX_INPUT_BYTES = 4 * 1024**3  # VGG19's weights are 548 MB; an image is far less
 # What to pass instead, in the one-line error a bad input file gets.
@@ -43,6 +44,8 @@ def input_file(name: str, value: Any, hint: str, workload: str = "style_transfer
         raise GpulabError(f"{what} {value!r} is not a file path; {hint}")
     if not str(value).strip():
         raise GpulabError(f"{what} the path is empty; {hint}")
+    if not checking.files_here():  # a study's pre-flight for another host's workers: the file is theirs
+        return Path(value).expanduser()
     path = paths.input_file(Path(value).expanduser(), what, hint, limit=MAX_INPUT_BYTES)
     if path.stat().st_size == 0:
         raise GpulabError(f"{what} file {path} is empty; {hint}")

@@ -113,6 +113,7 @@ WORKLOAD = Workload(
     channels_last_gains=False,  # 28×28, one channel
     data_set="MNIST",
     generated_data="gpulab.workloads.mnist:generated_data",
+    settings="gpulab.workloads.mnist:settings",
 )
 
 

@@ -53,6 +53,9 @@ class Workload:
     start_param: str | None = None  # the parameter choosing those weights, where a run may record only it
     generated_data: str | None = None  # write(folder) -> None: a small stand-in data set for studies
     references: str | None = None  # (fixed, varied params) -> [(label, source, image)]: a study report's inputs
+    # (cfg) -> its settings: the parameters and the files they name checked as both frameworks' builders check them
+    # first, nothing built; a study checks every run with it before starting (gpulab.workloads.checking)
+    settings: str | None = None
 
     def builder(self, framework: str = "torch") -> Callable[..., Any]:
         spec = self.torch if framework == "torch" else self.tensorflow

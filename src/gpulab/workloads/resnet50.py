@@ -163,6 +163,7 @@ WORKLOAD = Workload(
     cpu_batch=8,  # one single-thread ResNet50 step at batch 128 takes over a minute
     data_set="ImageNet",
     generated_data="gpulab.workloads.resnet50:generated_data",
+    settings="gpulab.workloads.resnet50:settings",
 )
 
 

@@ -25,9 +25,10 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.paths import open_output
+from gpulab.workloads import checking
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
-from gpulab.workloads.images import crop_to_aspect, default_image, load_image, resize_image, to_tensor
+from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file
 from gpulab.workloads.registry import Workload
 from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram
@@ -258,6 +259,16 @@ def style_settings(
         p, steps, width, height, pooling, initial, content_weight, blend, style_weight, tv_weight, layer_exp, lr,
         betas, eps, style_paths, scales, output_path, weights_path, content_path, loop,
     )  # fmt: skip
+
+
+def checked_settings(cfg: RunConfig) -> StyleSettings:
+    """`style_settings`, and every image they name opened as the run would (a study checks its runs with this)."""
+    st = style_settings(cfg)
+    if checking.files_here():
+        for name, path in (("content", st.content_path), *(("style", p) for p in st.style_paths)):
+            if path is not None:
+                readable_image(path, name)
+    return st
 
 
 @dataclass(frozen=True)
@@ -553,4 +564,5 @@ WORKLOAD = Workload(
     autocast=False,  # its Gram matrices and losses stay fp32: bf16 autocast would only add casts (TF32 instead)
     imagenet_start="VGG19",
     references="gpulab.workloads.style_transfer:study_references",
+    settings="gpulab.workloads.style_transfer:checked_settings",
 )
