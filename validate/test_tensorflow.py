@@ -1,7 +1,6 @@
 """TensorFlow: the build sees the GPUs, a pinned TF process allocates on its own GPU only, and TF rows for the
 speedup (one CPU thread, all threads, one GPU) and MirroredStrategy scaling. Every TF run is a fresh process."""
 
-import importlib.util
 import os
 
 import pytest
@@ -11,9 +10,7 @@ from gpulab.report import spread
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirrored_floor, speedup_config
 
-# Looked up, not imported: every TF run is a process of its own, and TensorFlow's import costs this one ~10 s.
-if importlib.util.find_spec("tensorflow") is None:
-    pytest.skip("TensorFlow is not installed: install gpulab[tf] to run the TensorFlow rows", allow_module_level=True)
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed: install gpulab[tf] to run the TensorFlow rows")
 
 from gpulab.launch.tf_launch import run_mirrored
 
