@@ -19,6 +19,8 @@ from guest.prereq import missing
 from playbook import REPO, Run, ansible_env, run_logged, torch_cpu_requirements, wheelhouse
 
 BOOTSTRAP = REPO / "bootstrap.sh"
+# Every ./bootstrap.sh of the suite installs the checkout into the same venv: one worker runs them, one at a time.
+pytestmark = pytest.mark.xdist_group("bootstrap")
 
 
 def bootstrap(*args: str, timeout: float = 1800) -> Run:

@@ -22,6 +22,8 @@ from guest import prereq
 from playbook import REPO
 
 BOOTSTRAP = REPO / "bootstrap.sh"
+# Every ./bootstrap.sh of the suite installs the checkout into the same venv: one worker runs them, one at a time.
+pytestmark = pytest.mark.xdist_group("bootstrap")
 SYSTEM_PACKAGES = list(prereq.system_packages())
 
 # dpkg-query -W [-f FORMAT] PKG...: "ii " for packages in $STATE, dpkg's own message and exit 1 for the others.
