@@ -120,16 +120,21 @@ def read_json_database(path: Path) -> Any:
     return frame(data)
 
 
+def _listed_rows(path: Path) -> list[dict[str, Any]]:
+    """database.json's rows: a list of objects, or one line saying the file is damaged."""
+    data = _read_json_rows(path, "the study database", MAX_DATABASE_BYTES)
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise GpulabError(f"{path} is not a list of rows; the file is damaged: move it away")
+    return data
+
+
 def read_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
     """Every row of the study: database.json, then the saved rows of runs it does not hold yet. Writes nothing."""
     study_dir = Path(study_dir)
     json_path, pk_path = study_dir / DATABASE_JSON, study_dir / DATABASE
     rows: list[dict[str, Any]] = []
     if json_path.exists() or json_path.is_symlink():
-        data = _read_json_rows(json_path, "the study database", MAX_DATABASE_BYTES)
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise GpulabError(f"{json_path} is not a list of rows; the file is damaged: move it away")
-        rows = data
+        rows = _listed_rows(json_path)
     elif pk_path.exists():
         if not trust_pickles:
             raise GpulabError(f"{study_dir} holds its database only as a pickle ({DATABASE}); {TRUST}")
@@ -143,12 +148,7 @@ def read_database(study_dir: Path, *, trust_pickles: bool = False) -> Any:
 def _json_rows(study_dir: Path) -> list[dict[str, Any]]:
     """database.json's rows, then the saved rows of runs it does not hold (no pickles read)."""
     path = Path(study_dir) / DATABASE_JSON
-    rows: list[dict[str, Any]] = []
-    if path.exists() or path.is_symlink():
-        data = _read_json_rows(path, "the study database", MAX_DATABASE_BYTES)
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise GpulabError(f"{path} is not a list of rows; the file is damaged: move it away")
-        rows = data
+    rows = _listed_rows(path) if path.exists() or path.is_symlink() else []
     return rows + _saved_rows(Path(study_dir), {str(r.get("_pset_id")) for r in rows})
 
 
