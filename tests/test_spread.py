@@ -112,6 +112,29 @@ def test_efficiency_above_a_hundred_percent_beyond_its_noise_is_a_measurement_fa
     assert verdicts.efficiency(lab, "s", "sweep", noisy, 2, FLOOR).status == "pass"  # 100 % within its noise
 
 
+def test_a_superlinear_efficiency_is_measured_again_once_before_it_is_called_a_fault(lab):
+    # The sides of a 2x H200 sweep: 208 per GPU together against 189 one at a time, then a fair second look.
+    many, one = _row(416.0, [416.0, 420.0, 412.0, 418.0]), _row(189.0, [189.0, 190.0, 188.0, 189.5])
+    looks: list[int] = []
+
+    def judge() -> Check:
+        looks.append(len(many.spread.windows))
+        eff = spread.of_ratio(spread.windows_of(many), spread.windows_of(one), 1 / 2)
+        return verdicts.efficiency(lab, "scaling.sweep[style_transfer,2]", "sweep", eff, 2, FLOOR)
+
+    check = remeasure.settle(judge, lambda: remeasure.merge_into(one, _row(208.0, [208.0] * 8)))
+    assert looks == [4, 4] and check.status == "pass" and check.evidence["remeasured"] is True
+    # The same fault twice stays a fault, and says it was measured again.
+    fast = _row(189.0, [189.0, 190.0, 188.0, 189.5])
+    check = remeasure.settle(
+        lambda: verdicts.efficiency(
+            lab, "s", "sweep", spread.of_ratio(spread.windows_of(many), spread.windows_of(fast), 1 / 2), 2, FLOOR
+        ),
+        lambda: remeasure.merge_into(fast, _row(189.0, [189.0] * 8)),
+    )
+    assert check.status == "error" and "still above 100 %" in check.message
+
+
 def test_efficiency_straddling_the_floor_is_marginal_and_below_it_fails(lab):
     straddle = spread.of_ratio([172.0, 176.0, 180.0, 184.0, 188.0, 178.0, 182.0, 186.0], [100.0] * 8, 1 / 2)
     check = verdicts.efficiency(lab, "scaling.ddp[resnet50,2]", "ddp", straddle, 2, FLOOR)

@@ -170,6 +170,7 @@ def _sweep_shape(
     gpus: int,
     runs: int | None,
     threads: int,
+    first_gpu: int = 0,
 ) -> tuple[int, bool]:
     """(runs, on GPU?) for a sweep, or GpulabError when the backend, GPUs, runs or threads do not fit."""
     if builder is not None and not backend.takes_builder:
@@ -184,8 +185,9 @@ def _sweep_shape(
         raise GpulabError(f"--runs {runs} does not share evenly over {gpus} GPUs; pass a multiple of {gpus}")
     visible = backend.count_devices()
     on_gpu = visible > 0
-    if on_gpu and gpus > visible:
-        raise GpulabError(f"asked for {gpus} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
+    if on_gpu and first_gpu + gpus > visible:
+        wanted = first_gpu + gpus
+        raise GpulabError(f"asked for {wanted} GPUs but {framework} sees {visible}; pass --gpus {visible} or fewer")
     if not on_gpu and gpus * threads > (os.cpu_count() or 1):
         raise GpulabError(
             f"{gpus} CPU processes × {threads} threads exceed the {os.cpu_count()} CPU cores; lower --gpus or --threads"
@@ -222,8 +224,9 @@ def run_sweep(
     timeout_s: float = 3600.0,
     telemetry: bool = True,
     framework: str = names.DEFAULT_FRAMEWORK,
+    first_gpu: int = 0,
 ) -> Result:
-    """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:0..gpus-1.
+    """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:`first_gpu`.. (`gpus` of them).
 
     Each GPU runs its share of the runs one after another; the first run on every GPU starts together. Each run
     is the `framework` backend's sweep worker, pinned to its GPU the way that backend says.
@@ -231,9 +234,9 @@ def run_sweep(
     import psweep
 
     backend = backends.get(framework)
-    runs, on_gpu = _sweep_shape(backend, framework, cfg, builder, gpus, runs, threads)
+    runs, on_gpu = _sweep_shape(backend, framework, cfg, builder, gpus, runs, threads, first_gpu)
     plan = plan_batch(cfg, gpus, batch_policy, scale_lr)
-    ordinals = list(range(gpus)) if on_gpu else []
+    ordinals = list(range(first_gpu, first_gpu + gpus)) if on_gpu else []
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     before = _read_database(sweep_dir)

@@ -104,6 +104,7 @@ def efficiency(
     shown = spread.text(eff, lambda v: f"{v:.1%}")
     message = f"{label}: {eff.median * n:.2f}x, efficiency {shown}"
     if eff.low > 1.0:
+        evidence["superlinear"] = True
         return Check(
             name,
             "error",
