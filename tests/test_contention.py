@@ -141,21 +141,29 @@ def test_the_runs_own_cpu_time_is_recorded_apart():
     assert entry["own_busy_pct"] >= 0.3 / (entry["seconds"] * entry["cpus"]) * 100 * 0.5  # 0.4 s of a child's CPU
 
 
-def test_a_cpu_hog_shows_in_the_measured_figures():
-    """Busy processes beside the run, more than this machine has CPUs: the pressure rises where the kernel counts it,
-    and the all-threads calibration at the end is slower than at the start."""
+def _beside_hogs() -> dict:
     watch = LoadWatch("hog", calibrate_cpu=True)
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(max(4, 2 * contention.usable_cpus()))
+        for _ in range(max(8, 4 * contention.usable_cpus()))
     ]
     try:
         time.sleep(1.5)
-        entry = watch.finish()
+        return watch.finish()
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def test_a_cpu_hog_shows_in_the_measured_figures():
+    """Busy processes beside the run, more than this machine has CPUs: the pressure rises where the kernel counts it,
+    and the all-threads calibration at the end is slower than at the start. On a machine already busy with other
+    work the start can read as slow as the end (0.15 s each): measured up to three times, as a check would be."""
+    for _ in range(3):
+        entry = _beside_hogs()
+        if entry["calibration_end"]["all_threads"] < entry["calibration_start"]["all_threads"]:
+            break
     assert entry["calibration_end"]["all_threads"] < entry["calibration_start"]["all_threads"]
     if read_pressure() is not None:
         assert entry["cpu_pressure_pct"] >= contention.PRESSURE_PCT

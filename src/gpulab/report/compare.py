@@ -41,7 +41,7 @@ from gpulab.report.compare_keys import (
     speedup_rows,
 )
 from gpulab.report.compare_rows import CheckRow, Row
-from gpulab.report.contention import measured, report_contention
+from gpulab.report.contention import measured, report_contention, report_unsteady
 from gpulab.report.formatting import num, ratio_pct
 from gpulab.report.model import Check, Report, Result
 
@@ -94,6 +94,7 @@ class Comparison:
     hosts: list[str] = field(default_factory=list)  # per report: how busy its host was (judge.quiet_host)
     contention: list[str | None] = field(default_factory=list)  # per report: why its host was contended, or None
     host_measured: list[bool] = field(default_factory=list)  # per report: whether it measured contention at all
+    unsteady: list[str | None] = field(default_factory=list)  # per report: why its host CPUs moved within a run
 
     @property
     def mode_line(self) -> str:
@@ -204,7 +205,7 @@ class Comparison:
         gpu = compare_host.gpu_verdict(self.rows, sum(len(c.regressed_in) for c in self.checks), self.baseline)
         names, n = short_labels(self.labels), len(self.labels)
         contention, measured = self.contention or [None] * n, self.host_measured or [False] * n
-        host = compare_host.host_verdict(self.rows, self.labels, names, contention, measured)
+        host = compare_host.host_verdict(self.rows, self.labels, names, contention, measured, self.unsteady)
         return f"verdict: {gpu} · {host}" + (f" ({summary})" if summary else "")
 
     @property
@@ -231,6 +232,7 @@ class Comparison:
             "regressions": self.regressions,
             "host_contended": self.host_contended,
             "host_contention": dict(zip(self.labels, self.contention, strict=False)),
+            "host_unsteady": dict(zip(self.labels, self.unsteady, strict=False)),
             "wide_spreads": self.wide_spreads,
             "notes": self.notes,
             "regression": bool(self.regressions),
@@ -316,6 +318,7 @@ def compare(
     rel = judge.relation([rep for _, rep in reports], mode)
     quiet = [judge.quiet_host(rep) for _, rep in reports]
     contention = [report_contention(rep.host_load) for _, rep in reports]  # compare_host: why each host was contended
+    unsteady = [report_unsteady(rep.host_load) for _, rep in reports]  # ... and why its CPUs moved within a run
     published = [rep.tier == names.PUBLISHED_TIER for _, rep in reports]
 
     _require_shared(labels, indexes, reports)
@@ -338,6 +341,7 @@ def compare(
 
     if mode == "same":
         compare_host.excuse_contended(rows, labels, contention)
+        compare_host.excuse_contended(rows, labels, unsteady, compare_host.HOST_UNSTEADY)
     all_checks = [rep.checks for _, rep in reports]
     checks = _compare_checks(labels, all_checks)
     not_comparable = [c.name for c in checks if any(s is None for s in c.statuses)]
@@ -362,6 +366,7 @@ def compare(
         hosts=[why for _, why in quiet],
         contention=contention,
         host_measured=[measured(rep.host_load) for _, rep in reports],
+        unsteady=unsteady,
     )
 
 

@@ -16,6 +16,7 @@ from gpulab.report.formatting import ratio_pct
 from gpulab.report.judge import SIDE_NAMES
 
 HOST_CONTENDED = "host contended"  # a row's status when it fell with a contended host
+HOST_UNSTEADY = "host unsteady"  # ... with a host whose CPUs' own speed moved within a run (contention.unsteady)
 HOST_SIDES = ("host", "host-bound")  # the rows a contended host excuses; "gpu" rows are judged as always
 
 
@@ -28,9 +29,12 @@ class _Row(Protocol):
     contended_in: list[str]
 
 
-def excuse_contended(rows: Sequence[_Row], labels: Sequence[str], contention: Sequence[str | None]) -> None:
+def excuse_contended(
+    rows: Sequence[_Row], labels: Sequence[str], contention: Sequence[str | None], status: str = HOST_CONTENDED
+) -> None:
     """Move the host and host-bound rows' regressions of a report compared on a contended host (its own or the
-    baseline's: `contention[i]` is report i's reason, or None) to `contended_in`."""
+    baseline's: `contention[i]` is report i's reason, or None) to `contended_in`, the row's status `status` (with
+    HOST_UNSTEADY: `contention` says why each host was unsteady)."""
     for row in rows:
         if row.side not in HOST_SIDES:
             continue
@@ -40,14 +44,14 @@ def excuse_contended(rows: Sequence[_Row], labels: Sequence[str], contention: Se
         row.contended_in = [*row.contended_in, *excused]
         row.regressed_in = [lab for lab in row.regressed_in if lab not in excused]
         if not row.regressed_in:
-            row.status = HOST_CONTENDED
+            row.status = status
 
 
 def contended_lines(rows: Sequence[_Row], labels: Sequence[str]) -> list[str]:
     """One line per row that fell with a contended host: what, how far, and that it is not a regression."""
     return [
         f"{key_text(row.key)}: {lab} {ratio_pct(row.ratios[labels.index(lab)])} ({SIDE_NAMES[row.side]} row): "
-        f"{HOST_CONTENDED}, not a regression"
+        f"{HOST_UNSTEADY if row.status == HOST_UNSTEADY else HOST_CONTENDED}, not a regression"
         for row in rows
         for lab in row.contended_in
     ]
@@ -75,11 +79,21 @@ def host_verdict(
     names: Sequence[str],
     contention: Sequence[str | None],
     measured: Sequence[bool],
+    unsteady: Sequence[str | None] = (),
 ) -> str:
     """The host's verdict: contended (each contended report's figures, and how far the rows it excused moved), else
-    a regression of host rows on an uncontended host, else quiet (or not measured where a report recorded nothing).
-    `names` are the labels as shown; `measured[i]`: report i recorded any contention figure."""
+    unsteady (the same for hosts whose CPU calibration moved within a run, when that excused a row), else a
+    regression of host rows on a steady uncontended host, else quiet (or not measured where a report recorded
+    nothing). `names` are the labels as shown; `measured[i]`: report i recorded any contention figure."""
     named = [f"{name}: {why}" for name, why in zip(names, contention, strict=True) if why]
+    shaky = [f"{name}: {why}" for name, why in zip(names, unsteady, strict=False) if why]
+    if not named and shaky and any(row.status == HOST_UNSTEADY or row.contended_in for row in rows):
+        moved = [r for row in rows for lab in row.contended_in if (r := row.ratios[labels.index(lab)]) is not None]
+        lo, hi = ratio_pct(min(moved)), ratio_pct(max(moved))
+        return (
+            f"host: unsteady — {'; '.join(shaky)}; {len(moved)} host and host-bound result(s) moved "
+            f"({lo if lo == hi else f'{lo}…{hi}'}), not judged: the CPUs' own speed moved more than the host band"
+        )
     if named:
         moved = [r for row in rows for lab in row.contended_in if (r := row.ratios[labels.index(lab)]) is not None]
         text = f"host: contended — {'; '.join(named)}"

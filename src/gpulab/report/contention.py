@@ -39,9 +39,10 @@ PRESSURE_PCT = 5.0  # runnable tasks waited for a CPU during at least this share
 STEAL_PCT = 5.0  # the hypervisor gave at least this share of the CPU time to others
 BUSY_PCT = 50.0  # others' work kept the CPUs busy at least this share of the run (the run's own taken out) ...
 LOAD_PER_CPU = 0.75  # ... and the load average per CPU at its end was at least this: others' work filled them
-# The calibration is recorded and shown, not judged: on that quiet guest its all-threads figure read 1,506 at the
-# start of a healthy run and 572 at its end, and beside the busy loops 179 and 257 (they ran at both ends).
-SLOWDOWN = 1.25  # a calibration this many times slower at one end than at the other is named in the figures
+# The calibration does not make a host contended: on that quiet guest its all-threads figure read 1,506 at the
+# start of a healthy run and 572 at its end, and beside the busy loops 179 and 257 (they ran at both ends). It makes
+# it unsteady (`unsteady`): compare then does not judge its host rows, whose band it exceeds.
+SLOWDOWN = 1.25  # a calibration this many times slower at one end than at the other: named, and the host unsteady
 
 BLOCK = 16_384  # doubles per kernel call: 128 KiB in and out, in a core's cache; long enough to release the GIL
 CALIBRATION_S = 0.15  # per half (one thread, then all threads): about 0.3 s per calibration
@@ -208,6 +209,26 @@ def report_contention(entries: Sequence[Mapping[str, Any]]) -> str | None:
     return "; ".join(f"{what}: {why}" for what, why in found)
 
 
+def unsteady(entry: Mapping[str, Any]) -> str | None:
+    """Why a run's host rows cannot be judged at the host band, or None: its all-threads calibration moved SLOWDOWN
+    times or more between the run's ends with nothing the run could see busy (a VM's neighbours on the same cores,
+    a CPU quota). Three standard runs of a quiet 2x H200 guest (pressure 0.1 %, steal 0.05 %) read 1,101 -> 785,
+    1,409 -> 1,322 and 522 -> 1,446, and its CPU rows moved -86 %...+26 % between them while every GPU row held."""
+    slow = slowdown(entry)
+    return slow[1] if slow is not None and slow[0] >= SLOWDOWN else None
+
+
+def report_unsteady(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a report's host CPUs moved under it (each such run's calibration, named by the run when it has
+    several), or None."""
+    found = [(str(e.get("what") or "a run"), why) for e in entries if (why := unsteady(e)) is not None]
+    if not found:
+        return None
+    if len(entries) == 1:
+        return found[0][1]
+    return "; ".join(f"{what}: {why}" for what, why in found)
+
+
 def measured(entries: Sequence[Mapping[str, Any]]) -> bool:
     """Whether any entry measured contention at all (pressure, a calibration or steal)."""
     keys = ("cpu_pressure_pct", "calibration_start", "steal_pct")
@@ -216,10 +237,15 @@ def measured(entries: Sequence[Mapping[str, Any]]) -> bool:
 
 def host_verdict(entries: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The host's verdict on a report's host-load entries, beside the GPU verdict (never changing it): ("contended",
-    "host: contended — <why>"), ("quiet", "host: quiet — <figures>") or ("not measured", "host: not measured ...")."""
+    "host: contended — <why>"), ("unsteady", "host: unsteady — <figures>: ..."), ("quiet", "host: quiet —
+    <figures>") or ("not measured", "host: not measured ...")."""
     why = report_contention(entries)
     if why is not None:
         return "contended", f"host: contended — {why}"
+    shaky = report_unsteady(entries)
+    if shaky is not None:
+        shown = figures(entries[0]) if len(entries) == 1 else shaky
+        return "unsteady", f"host: unsteady — {shown}: its CPU rows moved with it (judge them only on a steady host)"
     if not measured(entries):
         return "not measured", "host: not measured (no CPU pressure, calibration or steal recorded)"
     shown = figures(entries[0]) if len(entries) == 1 else f"{len(entries)} runs, none contended"

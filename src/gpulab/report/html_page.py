@@ -81,7 +81,7 @@ nav.toc a{white-space:nowrap}
 .v-pass{border-color:#2e7d32;background:#edf7ee}.v-fail{border-color:#c62828;background:#fdecea}
 .v-interrupted,.v-empty,.v-inconclusive{border-color:#e0a800;background:#fff8e1}
 .verdict.host{font-size:1rem}.h-quiet{border-color:#2e7d32}.h-not-measured{border-color:#999}
-.h-contended{border-color:#e0a800;background:#fff8e1}
+.h-contended{border-color:#e0a800;background:#fff8e1}.h-unsteady{border-color:#b0b0b0;background:#f6f6f6}
 .run{color:#555;margin:.2rem 0 .8rem}
 .failure{border:1px solid #f1c4c4;border-left:.3rem solid #c62828;padding:.4rem .8rem;margin:.6rem 0}
 .failure p{margin:.3rem 0}

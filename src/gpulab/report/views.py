@@ -397,7 +397,8 @@ def _host_verdict(report: Report) -> tuple[str, str]:
 
 
 def host_verdict(report: Report) -> str:
-    """The host's verdict beside the GPU verdict: "contended", "quiet" or "not measured" (gpulab.report.contention);
+    """The host's verdict beside the GPU verdict: "contended", "unsteady", "quiet" or "not measured"
+    (gpulab.report.contention);
     it never turns the GPU verdict."""
     return _host_verdict(report)[0]
 
