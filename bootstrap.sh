@@ -4,7 +4,9 @@
 #   ./bootstrap.sh [provision] [ansible-playbook options]   ansible-playbook site.yml: provision and validate this
 #                                                           machine (inventory/local.yml) or, with -i, a fleet
 #   ./bootstrap.sh validate [pytest options]                validate this machine only; prints the report's path
-#   ./bootstrap.sh test [pytest options]                    run gpulab's own tests
+#   ./bootstrap.sh test [pytest options]                    run gpulab's own tests (CI runs them all)
+#   ./bootstrap.sh test --fast [pytest options]             the fast lane: every test not marked slow (no Debian
+#                                                           roots, guests, playbooks or trainings), minutes
 #
 # GPULAB_VENV (default .venv) picks the environment; GPULAB_EXTRAS the extras installed (default: ansible for
 # provision, torch for validate, torch,tf-cpu,vm,ansible,dev for test). Extras already installed stay installed.
@@ -131,5 +133,8 @@ case "$action" in
   validate) exec "$venv/bin/python" -m pytest validate/ -p no:cacheprovider "$@" ;;
   # Two pytest-xdist workers by default (GPULAB_TEST_WORKERS; 0 runs in one process): the tests that share the booted
   # guest stay on one worker (tests/conftest.py), the rest spread over both.
-  test) exec "$venv/bin/python" -m pytest tests/ -n "${GPULAB_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+  test)
+    lane=()
+    if [ "${1:-}" = --fast ]; then shift; lane=(-m "not slow"); fi
+    exec "$venv/bin/python" -m pytest tests/ -n "${GPULAB_TEST_WORKERS:-2}" --dist loadgroup "${lane[@]}" "$@" ;;
 esac
