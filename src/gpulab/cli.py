@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,25 +20,37 @@ if TYPE_CHECKING:
     from gpulab.report.commands import Baselines
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each command and the package that registers it: a command imports its own package alone (`gpulab compare` does
+# not load torch, libvirt or the study runner), and --help, a bad command or none loads them all to list them.
+# tests/test_cli_startup.py holds this table to what the packages register.
+COMMANDS = {
+    "info": "hw",
+    "matrix": "compat",
+    "validate": "validation",
+    "report": "report",
+    "compare": "report",
+    "run": "launch",
+    "sweep": "launch",
+    "study": "studies",
+    "vm": "vm",
+}
+PACKAGES = ("hw", "compat", "validation", "report", "launch", "studies", "vm")  # the order --help lists them in
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`'s command (its package's commands only), or for every command without one."""
     parser = argparse.ArgumentParser(prog="gpulab", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpulab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    first = next(iter(argv or ()), None)
+    wanted = COMMANDS.get(first) if first else None
     # Imported here so `gpulab --version` stays fast and one broken optional part cannot break the others.
-    from gpulab.compat import commands as compat_commands
-    from gpulab.hw import commands as hw_commands
-    from gpulab.launch import commands as launch_commands
-    from gpulab.report import commands as report_commands
-    from gpulab.studies import commands as study_commands
-    from gpulab.validation import commands as validation_commands
-    from gpulab.vm import commands as vm_commands
-
-    hw_commands.add_commands(sub)
-    compat_commands.add_commands(sub)
-    validation_commands.add_commands(sub)
-    report_commands.add_commands(sub, report_baselines())
-    for module in (launch_commands, study_commands, vm_commands):
-        module.add_commands(sub)
+    for package in (wanted,) if wanted else PACKAGES:
+        module = importlib.import_module(f"gpulab.{package}.commands")
+        if package == "report":
+            module.add_commands(sub, report_baselines())
+        else:
+            module.add_commands(sub)
     return parser
 
 
@@ -57,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM.
     GPULAB_TRACEBACK=1 shows the traceback of an unexpected error."""
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        given = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(given).parse_args(given)
         return int(args.func(args) or 0)
     except GpulabError as err:
         return _fail(str(err), err.exit_code)
