@@ -31,9 +31,10 @@ harness.md (the same as tables, also printed at the end), and per run <run>/: th
 .html), run.json (the suite's --record), pytest.txt, and the fault load's log. Both summaries are rewritten after
 every run, so a stopped harness leaves what it measured.
 
-How long: on 2x H200 (2026-11-27) a standard run took 285-316 s, the cotenant run (occupancy and probes) 78 s,
-gpumem 7 s, cpuhog (probes and the one-GPU rows beside the busy loops) over 80 s: the three healthy runs and the
-faults take about 20 minutes, more than one 10-minute device command: split them with --healthy and --faults.
+How long: on 2x H200 (2026-11-27) a standard run took 282-324 s (the first on a fresh machine the longest), the
+cotenant run (occupancy and probes) 72 s, gpumem 11 s, cpuhog (probes and the one-GPU rows beside the busy loops)
+139 s: the three healthy runs and the faults take about 20 minutes, more than one 10-minute device command: split
+them with --healthy and --faults (each run's report is kept, and `gpulab compare` takes them from several calls).
 --quick (quick tier, 1 healthy run, quick subsets) takes a few minutes.
 
 Exit status: 0 when every healthy run ended PASS (marginal checks allowed; they are listed with their messages) and
