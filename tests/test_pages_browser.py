@@ -1,0 +1,64 @@
+"""The pages in a real browser: headless Chromium lays out a real device report and a compare of three real runs.
+
+What a reader sees first is asserted where it lands: the verdict within the first screen (1280 x 900), the front
+sections in their order, the GPU timeline before the details, nothing fetched from outside (the network is shut),
+no page wider than the screen. Screenshots of the first screen are taken as a reader's browser would show it.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from browser import SCREEN, layout, screenshot
+from gpulab.report.compare import compare
+from gpulab.report.io import load_report
+from gpulab.report.render import to_html
+
+pytestmark = pytest.mark.slow  # each page is two Chromium starts: ~10-20 s here
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+REPEATS = [REPORTS / f"h200x2-repeat-{i}.json" for i in (1, 2, 3)]
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def _first_screen(probe: dict, page: Path, tmp_path: Path) -> None:
+    verdict = probe["verdict"]
+    assert verdict is not None and verdict["top"] >= 0 and verdict["bottom"] <= SCREEN[1]
+    assert probe["fetched"] == [] and probe["external"] == []  # one self-contained file
+    assert probe["width"] <= SCREEN[0]  # nothing wider than the screen
+    shot = screenshot(page, tmp_path / f"{page.stem}.png")
+    assert _png_size(shot) == SCREEN
+
+
+def test_the_validation_page_of_a_real_run_shows_its_verdict_first(tmp_path):
+    report = load_report(REPEATS[0])
+    page = tmp_path / "report.html"
+    page.write_text(to_html(report))
+    probe = layout(page, tmp_path)
+    _first_screen(probe, page, tmp_path)
+    headings = [h for h, _ in probe["headings"]]
+    front = ["Verdict", "Failures", "Key figures", "GPU timeline", "Speedups and scaling", "Details"]
+    assert [headings.index(h) for h in front] == sorted(headings.index(h) for h in front)
+    timelines = [box for label, box in probe["figures"] if label and label.endswith(" timeline")]
+    assert len(timelines) == len(report.fingerprint["gpus"]) == 2  # one per GPU, for the whole run
+    details = dict(probe["headings"])["Details"]
+    assert all(box["bottom"] < details for box in timelines)  # above the details
+
+
+def test_the_compare_page_of_three_runs_shows_its_verdict_first(tmp_path):
+    from gpulab.report.compare_page import to_html as compare_html
+
+    page = tmp_path / "compare.html"
+    page.write_text(compare_html(compare([(p.name, load_report(p)) for p in REPEATS])))
+    probe = layout(page, tmp_path)
+    _first_screen(probe, page, tmp_path)
+    labels = [label for label, _ in probe["figures"]]
+    assert "ratio to the baseline per row" in labels and "trend over the reports" in labels
