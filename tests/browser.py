@@ -69,3 +69,10 @@ def screenshot(page: Path, out: Path, height: int = SCREEN[1]) -> Path:
     """A PNG of the page's first `height` pixels at the screen's width."""
     _chromium(f"--screenshot={out}", page.as_uri(), profile=out.parent / "profile", height=height)
     return out
+
+
+def printed_pages(page: Path, work: Path) -> int:
+    """How many pages the page prints to (A4/Letter as Chromium's default, its print stylesheet applied)."""
+    pdf = work / f"{page.stem}.pdf"
+    _chromium("--no-pdf-header-footer", f"--print-to-pdf={pdf}", page.as_uri(), profile=work / "profile")
+    return len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))

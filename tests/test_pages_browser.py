@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from browser import SCREEN, layout, screenshot
+from browser import SCREEN, layout, printed_pages, screenshot
 from gpulab.report.compare import compare
 from gpulab.report.io import load_report
 from gpulab.report.render import to_html
 
-pytestmark = pytest.mark.slow  # each page is two Chromium starts: ~10-20 s here
+pytestmark = pytest.mark.slow  # each page is two or three Chromium starts: ~10-20 s here
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 REPEATS = [REPORTS / f"h200x2-repeat-{i}.json" for i in (1, 2, 3)]
@@ -51,6 +51,7 @@ def test_the_validation_page_of_a_real_run_shows_its_verdict_first(tmp_path):
     assert len(timelines) == len(report.fingerprint["gpus"]) == 2  # one per GPU, for the whole run
     details = dict(probe["headings"])["Details"]
     assert all(box["bottom"] < details for box in timelines)  # above the details
+    assert printed_pages(page, tmp_path) <= 15  # passing checks stay folded in print (the page before printed 35)
 
 
 def test_the_compare_page_of_three_runs_shows_its_verdict_first(tmp_path):
