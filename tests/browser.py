@@ -19,6 +19,14 @@ SCREEN = (1280, 900)  # the first screen: a laptop browser window
 
 PROBE = """<script>
 (function () {
+  function sortColumn(id, heading) {  // click a sortable table's heading; its column as it then reads
+    var table = document.getElementById(id); if (!table) return null;
+    var ths = Array.prototype.slice.call(table.tHead.rows[0].cells);
+    var col = ths.findIndex(function (th) { return th.textContent.trim() === heading; });
+    if (col < 0) return null;
+    ths[col].click();
+    return Array.prototype.map.call(table.tBodies[0].rows, function (r) { return r.cells[col].textContent.trim(); });
+  }
   function box(el) { if (!el) return null; var r = el.getBoundingClientRect();
     return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, left: r.left, right: r.right}; }
   var out = {
@@ -30,6 +38,7 @@ PROBE = """<script>
     fetched: performance.getEntriesByType('resource').map(function (e) { return e.name; }),
     external: Array.prototype.map.call(document.querySelectorAll('[src],[href]'), function (e) {
       return e.getAttribute('src') || e.getAttribute('href'); }).filter(function (u) { return !/^(#|data:)/.test(u); }),
+    sorted_by_final_loss: sortColumn('runs', 'final loss'),
     width: document.documentElement.scrollWidth,
     height: document.documentElement.scrollHeight
   };

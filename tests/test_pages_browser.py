@@ -63,3 +63,53 @@ def test_the_compare_page_of_three_runs_shows_its_verdict_first(tmp_path):
     _first_screen(probe, page, tmp_path)
     labels = [label for label, _ in probe["figures"]]
     assert "ratio to the baseline per row" in labels and "trend over the reports" in labels
+
+
+def _study_page(tmp_path: Path):
+    """A star study over two parameters with real images (30 values of one: its row is subsampled) and the GPU
+    samples of a real run (the 2-GPU sweep of h200x2-repeat-1) as its session's telemetry."""
+    from PIL import Image
+
+    from gpulab.studies.report import Run, StudyPage, summarise
+    from gpulab.studies.spec import Study, Vary
+
+    values = {"learning_rate": [float(v) for v in range(1, 31)], "style_weight": [1.0, 10.0, 100.0]}
+    runs = []
+    for name, vs in values.items():
+        for k, value in enumerate(vs):
+            pid = f"{name}-{value:g}"
+            (tmp_path / pid).mkdir()
+            Image.new("RGB", (64, 64), (8 * k % 255, 90, 160)).save(tmp_path / pid / "out.png")
+            loss = 50.0 + abs(value - 7.0)
+            worker = f"cpu{k % 2}"
+            curve = [[0, 1e3], [10, loss * 2], [20, loss]]
+            runs.append(Run(pid, {name: value}, "ok", None, 1.0 + (k < 2), 0.5, 0.5 + (k < 2), loss, curve,
+                            f"{pid}/out.png", "cpu", worker, 100.0 + k, name))  # fmt: skip
+    study = Study(
+        "look", "style_transfer", fixed={"width": 64}, vary=Vary("star", {k: list(v) for k, v in values.items()})
+    )
+    sweep = next(r for r in load_report(REPEATS[0]).results if r.launcher == "sweep" and r.n == 2)
+    assert sweep.telemetry is not None
+    return StudyPage(study, runs, summarise(runs, []), None, list(values), study_dir=tmp_path,
+                     gpu_timeline=[sweep.telemetry.timeline])  # fmt: skip
+
+
+def test_the_study_page_subsamples_long_rows_and_sorts_its_runs(tmp_path):
+    from gpulab.studies.page import to_html as study_html
+
+    page = tmp_path / "study.html"
+    page.write_text(study_html(_study_page(tmp_path)))
+    probe = layout(page, tmp_path)
+    assert probe["fetched"] == [] and probe["external"] == [] and probe["width"] <= SCREEN[0]
+    headings = [h for h, _ in probe["headings"]]
+    assert headings[:2] == ["Workers", "GPU timeline"] and headings[-1] == "Runs"
+    assert dict(probe["headings"])["GPU timeline"] < SCREEN[1]  # the GPUs over the study on the first screen
+    labels = [label for label, _ in probe["figures"]]
+    assert labels.count("GPU 0 timeline") == labels.count("GPU 1 timeline") == 1
+    assert "final loss against each varied parameter" in labels
+    rows = page.read_text().split("<h3>")[1:]
+    shown = [row.count("<figure>") for row in rows]  # the runs' tiles (the references are figure class="ref")
+    assert shown == [12, 3] and "showing 12 of 30" in rows[0]  # 30 learning rates subsampled, 3 style weights all
+    losses = [float(v) for v in probe["sorted_by_final_loss"]]
+    assert losses == sorted(losses) and len(losses) == 33  # one click: ascending
+    assert _png_size(screenshot(page, tmp_path / "study.png")) == SCREEN

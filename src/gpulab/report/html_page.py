@@ -7,14 +7,13 @@ scaling; the details below, passing checks folded. Plots are inline SVG; the pag
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpulab.report import keyfigs
 from gpulab.report.model import Check, Report
 from gpulab.report.plots import plot_cpu_threads, plot_pct_of_spec, plot_scaling, plot_speedups, result_label
 from gpulab.report.svg import gpu_facts, load_chart
-from gpulab.report.templating import render, stylesheet
+from gpulab.report.templating import render
 from gpulab.report.timeline import gpu_timelines, stretches, too_short, window_name
 from gpulab.report.views import (
     DASH,
@@ -54,7 +53,7 @@ from gpulab.report.views import (
     verdict_text,
 )
 
-__all__ = ["CSS", "html_table", "img_tag", "to_html"]
+__all__ = ["context", "to_html"]
 
 
 def _verdict(report: Report) -> dict[str, Any]:
@@ -216,18 +215,3 @@ def to_html(report: Report) -> str:
     """One self-contained HTML page (inline CSS and SVG, no external resource): the front page first, the details
     below."""
     return render("report.html.j2", **context(report))
-
-
-# --- the study page's pieces, until it is rendered from templates too ------------------------------------------
-
-CSS = stylesheet()
-
-
-def html_table(
-    headers: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (), status_col: int = -1
-) -> str:
-    return render("table.html.j2", headers=headers, rows=list(rows), num_cols=num_cols, status_col=status_col)
-
-
-def img_tag(png: str | None, alt: str) -> str:
-    return "" if png is None else render("img.html.j2", png=png, alt=alt)

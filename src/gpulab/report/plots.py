@@ -1,11 +1,7 @@
-"""The report's plots as inline SVG (matplotlib): speedups, scaling, CPU threads, timelines, % of spec.
-
-`png_base64` stays for the study page's plots."""
+"""The report's plots as inline SVG (matplotlib): speedups, scaling, CPU threads, timelines, % of spec."""
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 from typing import Any
 
@@ -22,13 +18,6 @@ def new_figure(width: float, height: float) -> Any:
     fig = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(fig)
     return fig
-
-
-def png_base64(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def plot_speedups(report: Report) -> Markup | None:

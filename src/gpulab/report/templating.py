@@ -1,8 +1,8 @@
 """The HTML pages' one template system: Jinja2 templates in gpulab/report/templates, autoescaped, one stylesheet.
 
-Every page (the validation report, the comparison) extends `base.html.j2`, which inlines `page.css` (screen and
-print styles) so that a page is one self-contained file. Text from a report is escaped by Jinja2's autoescaping;
-markup made here (matplotlib's SVG plots) enters a template only as `markupsafe.Markup`.
+Every page (the validation report, the comparison, the study) extends `base.html.j2`, which inlines `page.css`
+(screen and print styles) so that a page is one self-contained file. Text from a report is escaped by Jinja2's
+autoescaping; markup made here (matplotlib's SVG plots) enters a template only as `markupsafe.Markup`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-__all__ = ["Markup", "environment", "render", "stylesheet", "svg_figure"]
+__all__ = ["Markup", "environment", "render", "svg_figure"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,11 +32,6 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(**context)
-
-
-def stylesheet() -> str:
-    """The pages' one stylesheet (screen and print), as inlined into every page."""
-    return environment().get_template("page.css").render()
 
 
 _PROLOGUE = re.compile(r"^.*?(?=<svg\b)", re.S)

@@ -130,7 +130,10 @@ def _draw(axes: list[Any], metrics: list[Any], parts: list[Stretch], index: int)
         offset += part.end + GAP_S
 
 
-def plot_gpu_timeline(parts: list[Stretch], index: int) -> Markup | None:
+XLABEL = "sampled seconds of the run (stretches joined; shaded: timed windows)"
+
+
+def plot_gpu_timeline(parts: list[Stretch], index: int, xlabel: str = XLABEL) -> Markup | None:
     """GPU `index` over the whole run: its sampled metrics stacked, the timed windows shaded and numbered."""
     metrics = _metrics(parts, index)
     if not metrics:
@@ -146,7 +149,7 @@ def plot_gpu_timeline(parts: list[Stretch], index: int) -> Markup | None:
     _draw(axes, metrics, parts, index)
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=False)
-    axes[-1].set_xlabel("sampled seconds of the run (stretches joined; shaded: timed windows)", fontsize=8)
+    axes[-1].set_xlabel(xlabel, fontsize=8)
     for ax in axes:
         ax.set_xlim(left=0)
     fig.subplots_adjust(hspace=0.12)
