@@ -109,7 +109,9 @@ def test_the_study_page_subsamples_long_rows_and_sorts_its_runs(tmp_path):
     assert "final loss against each varied parameter" in labels
     rows = page.read_text().split("<h3>")[1:]
     shown = [row.count("<figure>") for row in rows]  # the runs' tiles (the references are figure class="ref")
-    assert shown == [12, 3] and "showing 12 of 30" in rows[0]  # 30 learning rates subsampled, 3 style weights all
+    assert (
+        shown == [12, 3] and "showing 12 of 30: the lowest loss, both ends and evenly spaced" in rows[0]
+    )  # 30 learning rates subsampled, 3 style weights all
     losses = [float(v) for v in probe["sorted_by_final_loss"]]
     assert losses == sorted(losses) and len(losses) == 33  # one click: ascending
     assert _png_size(screenshot(page, tmp_path / "study.png")) == SCREEN

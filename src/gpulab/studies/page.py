@@ -56,9 +56,9 @@ def plot_final_loss(page: StudyPage) -> Markup | None:
         ax = fig.add_subplot(rows, cols, k + 1)
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         ax.plot(xs, ys, "o", ms=3, color="#4c78a8", alpha=0.7)
-        if min(xs) > 0 and max(xs) / min(xs) > 20:
+        if min(xs) > 0 and max(xs) / min(xs) > 100:
             ax.set_xscale("log")
-        if min(ys) > 0 and max(ys) / min(ys) > 20:
+        if min(ys) > 0 and max(ys) / min(ys) > 100:
             ax.set_yscale("log")
         ax.set_title(name + (" (weighs the loss itself)" if name in LOSS_WEIGHTS else ""), fontsize=9)
         ax.set_ylabel("final loss", fontsize=8)
@@ -94,8 +94,7 @@ def subsample(members: Sequence[Run], best: Run | None, limit: int = GRID_MAX) -
         if len(keep) >= limit:
             break
         keep.add(round(j * (n - 1) / (limit - 1)))
-    step = round((n - 1) / (limit - 1))
-    note = f"showing {len(keep)} of {n}: the lowest loss, both ends and about every {step}th"
+    note = f"showing {len(keep)} of {n}: the lowest loss, both ends and evenly spaced values between"
     return [members[i] for i in sorted(keep)], note
 
 
