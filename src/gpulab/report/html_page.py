@@ -110,6 +110,10 @@ def _windows(report: Report) -> list[dict[str, Any]]:
     return out
 
 
+def _n0(value: Any) -> str:
+    return DASH if not isinstance(value, (int, float)) else f"{value:.0f}"
+
+
 def _window_rows(report: Report) -> list[tuple[str, ...]]:
     rows = []
     for r in report.results:
@@ -124,11 +128,11 @@ def _window_rows(report: Report) -> list[tuple[str, ...]]:
                 figures: tuple[str, ...] = ("too short to sample",) + ("",) * 5
             else:
                 figures = (
-                    f"{fmt_num(st.get('util_mean'))} / {fmt_num(st.get('util_max'))} %",
+                    f"{_n0(st.get('util_mean'))} / {_n0(st.get('util_max'))} %",
                     DASH if st.get("mem_max_mib") is None else f"{st['mem_max_mib'] / 1024:.1f} GiB",
                     f"{fmt_num(st.get('power_mean_w'))} / {fmt_num(st.get('power_max_w'))} W",
                     f"{fmt_num(st.get('sm_mhz_min'))} – {fmt_num(st.get('sm_mhz_max'))} MHz",
-                    f"{fmt_num(st.get('temp_max_c'))} °C",
+                    f"{_n0(st.get('temp_max_c'))} °C",
                     ", ".join(sorted(st.get("throttle_counts") or {})) or "none",
                 )
             rows.append((result_label(r), cell_text(st.get("index")), length, str(st.get("samples", DASH)), *figures))
