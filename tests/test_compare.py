@@ -253,7 +253,7 @@ def test_cli_report_outputs_and_print(tmp_path, base_path, capsys):
     md, page = tmp_path / "out" / "x.md", tmp_path / "out" / "x.html"
     assert run_cli(["report", str(base_path), "--md", str(md), "--html", str(page), "--print", "md"]) == 0
     assert capsys.readouterr().out.startswith("# gpulab report")
-    assert md.read_text().startswith("# gpulab report") and "data:image/png" in page.read_text()
+    assert md.read_text().startswith("# gpulab report") and '<svg class="plot"' in page.read_text()
     assert not (tmp_path / "base.md").exists()
 
 

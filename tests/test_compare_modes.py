@@ -103,7 +103,8 @@ def test_html_and_md_pages(tmp_path):
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text and "http" not in text
     sections = text.split("<section")
     assert 'id="verdict"' in sections[1] and 'id="mode"' in sections[2] and "different machines" in sections[2]
-    assert "speedups" in sections[3]
+    assert 'id="ratios"' in sections[3] and "<svg" in sections[3]  # each row's ratio charted before the tables
+    assert "speedups" in sections[4]
     assert "samples per $" in text
     assert md.read_text().splitlines()[2] == "## verdict"
 

@@ -6,9 +6,9 @@ import re
 
 from gpulab.report.io import write_report
 from gpulab.report.model import Check, Report
-from gpulab.report.plots import plot_scaling, plot_speedups, plot_timeline
+from gpulab.report.plots import plot_scaling, plot_speedups
 from gpulab.report.render import to_html, to_markdown, write_rendered
-from gpulab.report.views import MAX_TIMELINE_PLOTS
+from gpulab.report.timeline import gpu_timelines
 from report_builders import minimal_fingerprint, sample_report
 
 
@@ -63,9 +63,9 @@ def test_html_is_self_contained_with_plots():
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
     assert "http://" not in page and "https://" not in page
     assert "<link" not in page and "<script" not in page
-    assert page.count('<img class="plot"') >= 4  # spec bars, speedups, scaling, telemetry
-    assert 'src="data:image/png;base64,' in page
-    assert "GPU telemetry" in page
+    assert page.count('<figure class="plot"') >= 4  # spec bars, speedups, scaling, the GPU timeline
+    assert "<img" not in page and page.count('<svg class="plot"') >= 4  # plots are inline SVG: they zoom and print
+    assert "GPU timeline" in page
 
 
 def test_html_escapes_report_text():
@@ -85,8 +85,8 @@ def test_plots_skip_empty_data():
     assert plot_speedups(empty) is None
     assert plot_scaling([]) is None
     report = sample_report()
-    assert plot_timeline(report.results[0]) is None  # a probe row without telemetry
-    assert plot_timeline(report.results[-1]) is not None
+    assert gpu_timelines(empty) == []  # no row with telemetry
+    assert [index for index, _ in gpu_timelines(report)] == [0, 1, 2, 3]
 
 
 def test_write_rendered_beside_json(tmp_path):
@@ -96,7 +96,7 @@ def test_write_rendered_beside_json(tmp_path):
     assert md == tmp_path / "report-gpu-vm-01-20250601T120000Z.md"
     assert page == tmp_path / "report-gpu-vm-01-20250601T120000Z.html"
     assert md.read_text().startswith("# gpulab report")
-    assert "data:image/png;base64," in page.read_text()
+    assert '<svg class="plot"' in page.read_text()
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".html", ".json", ".md"]
 
 
@@ -119,16 +119,15 @@ def test_a_real_standard_tier_report_renders_one_cpu_chart_and_one_per_gpu_launc
 
     report = load_report(Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json")
     page = to_html(report)
-    scaling_alts = page.split('alt="scaling ')[1:]
+    scaling_alts = page.split('aria-label="scaling ')[1:]
     assert sorted(a.split('"')[0] for a in scaling_alts) == [
         "resnet50 torch dataparallel bf16",
         "resnet50 torch ddp bf16",
         "style_transfer torch sweep tf32",
     ]
-    assert page.count('alt="CPU thread scaling"') == 1
-    assert page.count('alt="telemetry ') == min(
-        MAX_TIMELINE_PLOTS, sum(1 for r in report.results if r.telemetry is not None and r.telemetry.timeline)
-    )
+    assert page.count('aria-label="CPU thread scaling"') == 1
+    timelines = re.findall(r'aria-label="GPU \d+ timeline"', page)
+    assert len(timelines) == len(report.fingerprint["gpus"])  # one timeline per GPU for the whole run
     assert "cpu:64 fp32" in page and "98.0 %" in page  # GPU rows against fp32 CPU rows; DDP efficiency at 4 GPUs
     assert plot_cpu_threads({}) is None
 

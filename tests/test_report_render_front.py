@@ -41,7 +41,17 @@ def _section(page: str, anchor: str) -> str:
 
 def test_html_front_page_comes_before_the_details():
     page = to_html(_failing_report())
-    anchors = ["verdict", "failures", "key-figures", "headlines", "gpu-load", "details", "machine", "checks"]
+    anchors = [
+        "verdict",
+        "failures",
+        "key-figures",
+        "timeline",
+        "headlines",
+        "details",
+        "machine",
+        "checks",
+        "gpu-load",
+    ]
     positions = [page.index(f'id="{a}"') for a in anchors]
     assert positions == sorted(positions)
     assert page.index('id="verdict"') < page.index("<table")  # nothing tabular before the verdict
@@ -59,7 +69,7 @@ def test_html_failures_show_message_threshold_and_evidence():
         "matmul_bf16.min_pct_of_spec = 60.00 % (NVIDIA H200 datasheet (989 TFLOP/s dense bf16)); basis: 0.6 x spec"
         in (failures)
     )
-    assert "value=412.0, pct_of_spec=41.66, clocks={&quot;sm&quot;:1410}" in failures
+    assert "value=412.0, pct_of_spec=41.66, clocks={&#34;sm&#34;:1410}" in failures
 
 
 def test_key_figures_summarise_devices_against_the_datasheet():
@@ -158,6 +168,64 @@ def test_every_svg_parses_and_the_page_has_no_external_reference():
         for svg in svgs:
             ET.fromstring(svg)
         assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
-        assert "<script" not in page and "<link" not in page and "url(" not in page and "@import" not in page
+        assert "<script" not in page and "<link" not in page and "@import" not in page
+        assert not re.search(r"url\((?!#)", page)  # only references inside the page (an SVG's clip paths)
         anchors = set(re.findall(r'href="#([\w-]+)"', page))
         assert anchors and all(f'id="{a}"' in page for a in anchors)  # the table of contents resolves
+
+
+REPEAT = Path(__file__).parent / "fixtures" / "reports" / "h200x2-repeat-1.json"
+
+
+def test_key_figures_carry_interval_bound_and_verdict_on_one_line():
+    figures = _section(to_html(load_report(REPEAT)), "key-figures")
+    row = next(r for r in figures.split("<tr>") if "matmul bf16 (torch gpu, n=1) · 2 devices" in r)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    assert cells[:6] == [
+        "matmul bf16 (torch gpu, n=1) · 2 devices",
+        "658.6 – 670.7 TFLOP/s",
+        "66.6 – 67.8 %",
+        "66.4 – 68.3 %",  # the two devices' checks' intervals of the % of the datasheet
+        "≥ 60 % of datasheet",
+        "pass",
+    ]
+    known = next(r for r in figures.split("<tr>") if "resnet50 bf16 (torch gpu, n=1)" in r)
+    assert "≥ 85 % of known-good" in known and ">pass<" in known
+    host_bound = next(r for r in figures.split("<tr>") if "style_transfer tf32" in r)
+    assert ">not judged<" in host_bound and "a host-bound row" in figures  # and why, below the table
+
+
+def test_an_unbounded_launcher_says_it_is_for_comparison_only_where_it_appears():
+    headlines = _section(to_html(load_report(REPEAT)), "headlines")
+    row = next(r for r in headlines.split("<tr>") if "dataparallel" in r)
+    assert "0.03x" in row and "for comparison only — not judged" in row
+    ddp = next(r for r in headlines.split("<tr>") if ">ddp<" in r)
+    assert ">pass<" in ddp
+
+
+def test_a_window_shorter_than_the_sampling_interval_is_too_short_to_sample():
+    report = load_report(REPEAT)
+    result = next(r for r in report.results if r.telemetry is not None and r.telemetry.per_gpu)
+    assert result.telemetry is not None
+    stats = result.telemetry.per_gpu[0]
+    stats.update(window_s=[2.05, 2.09], samples=0, util_mean=None, util_max=None)  # 40 ms at 100 ms sampling
+    chart = load_chart(result, {})
+    assert chart is not None and "too short to sample" in chart and "0 % mean" not in chart
+    page = to_html(report)
+    assert "too short to sample" in _section(page, "gpu-load")
+
+
+def test_the_timeline_shades_and_names_every_timed_window_once():
+    page = to_html(load_report(REPEAT))
+    timeline = _section(page, "timeline")
+    assert len(re.findall(r'aria-label="GPU \d+ timeline"', timeline)) == 2
+    names = re.findall(r"<li>(.*?)</li>", timeline)
+    assert len(names) == 9  # the 1- and 2-GPU DDP rows shared one sampler: one window
+    assert names[0].startswith("resnet50 ddp n=1 / n=2 — window 5.49 s")
+    for svg in SVG.findall(timeline):
+        root = ET.fromstring(svg)
+        labels = ["".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")] or [
+            "".join(t.itertext()) for t in root.iter("text")
+        ]
+        assert any(label.startswith("1. resnet50 ddp") for label in labels)
+        assert {"util %", "memory GiB", "power W", "SM MHz", "temp °C"} <= set(labels)

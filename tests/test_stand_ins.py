@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import html
-
+import markupsafe
 import pytest
 
 from gpulab.cli import main
@@ -58,7 +57,7 @@ def test_a_run_on_digits_names_them_in_its_row_and_its_report(tmp_path):
     (row,) = loaded.results
     assert row.params["stand_ins"] == ["scikit-learn's 8×8 digits for MNIST"]
     line = "Stand-ins: scikit-learn's 8×8 digits for MNIST (mnist; 1 row)"
-    assert line in to_markdown(loaded) and html.escape(line) in to_html(loaded)
+    assert line in to_markdown(loaded) and str(markupsafe.escape(line)) in to_html(loaded)
 
 
 def test_a_report_without_stand_ins_says_nothing_of_them():

@@ -22,7 +22,7 @@ pytest.importorskip("psweep")
 from gpulab.errors import GpulabError  # noqa: E402
 from gpulab.report.database import write_database  # noqa: E402
 from gpulab.studies import cluster  # noqa: E402
-from gpulab.studies.report import write_report  # noqa: E402
+from gpulab.studies.page import write_report  # noqa: E402
 from gpulab.studies.runner import study_record  # noqa: E402
 from gpulab.studies.spec import load_study  # noqa: E402
 

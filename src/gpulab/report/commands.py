@@ -182,7 +182,7 @@ def _prices(texts: list[str], labels: list[str], paths: list[str]) -> dict[int, 
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gpulab.report import compare_render
+    from gpulab.report import compare_page, compare_render
 
     baselines: Baselines = args.baselines
     threshold = parse_threshold(args.threshold)
@@ -205,7 +205,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     prices = _prices(args.price, [label for label, _ in reports], sources)
     result = compare(reports, threshold_pct=threshold, mode=args.mode, prices=prices)
-    render = {"md": compare_render.to_markdown, "html": compare_render.to_html}
+    render = {"md": compare_render.to_markdown, "html": compare_page.to_html}
     texts = [(out.path, render[fmt](result)) for out, fmt in outputs]
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

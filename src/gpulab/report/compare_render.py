@@ -1,8 +1,8 @@
-"""A comparison as sections (mode and speedups first), rendered as text, Markdown or a self-contained HTML page."""
+"""A comparison as sections (mode and speedups first), rendered as text or Markdown; the HTML page
+(`gpulab.report.compare_page`) renders the same sections from a template."""
 
 from __future__ import annotations
 
-import html
 import io
 from dataclasses import dataclass, field
 
@@ -87,9 +87,15 @@ def _throughputs(c: Comparison, labels: list[str]) -> Section:
     return Section("throughputs", headers, rows, notes)
 
 
+def labels_of(c: Comparison) -> list[str]:
+    """The reports' column labels: A, B, C… (their names when more than 26)."""
+    names = short_labels(c.labels)
+    return [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
+
+
 def sections(c: Comparison) -> list[Section]:
     names = short_labels(c.labels)
-    labels = [chr(ord("A") + i) if len(names) <= 26 else name for i, name in enumerate(names)]
+    labels = labels_of(c)
     legend = ", ".join(f"{x} = {name}" for x, name in zip(labels, names, strict=True))
     out = [
         Section("verdict", lines=[c.verdict, *c.regressions, *c.host_contended]),
@@ -175,47 +181,6 @@ def to_markdown(c: Comparison) -> str:
         parts += [f"- {md_text(line)}" for line in sec.lines]
         parts.append("")
     return "\n".join(parts).rstrip() + "\n"
-
-
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.4em}
-table{border-collapse:collapse;font-size:.85em;margin:.4em 0}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;white-space:nowrap}
-th{background:#f0f0f0;white-space:normal;vertical-align:bottom}td.num{text-align:right}
-.wide{overflow-x:auto}
-.mode{font-size:1.05em;background:#eef4ff;border-left:4px solid #36c;padding:.5em .8em}
-.regression{background:#fdd}ul{margin:.3em 0}
-"""
-
-
-def _td(cell: str) -> str:
-    numeric = cell[:1].isdigit() or cell == "-" or (cell[:1] in "+-" and cell[1:2].isdigit())
-    return f'<td class="num">{html.escape(cell)}</td>' if numeric else f"<td>{html.escape(cell)}</td>"
-
-
-def to_html(c: Comparison) -> str:
-    e = html.escape
-    body = [f"<h1>gpulab comparison: {e(' vs '.join(short_labels(c.labels)))}</h1>"]
-    for sec in sections(c):
-        body.append(f'<section id="{e(sec.title.split()[0])}"><h2>{e(sec.title)}</h2>')
-        if sec.title in ("mode", "verdict"):
-            body += [f'<p class="mode">{e(line)}</p>' for line in sec.lines]
-            body.append("</section>")
-            continue
-        if sec.headers:
-            body.append('<div class="wide"><table><tr>' + "".join(f"<th>{e(h)}</th>" for h in sec.headers) + "</tr>")
-            for row in sec.rows:
-                cls = ' class="regression"' if row and row[-1] == "REGRESSION" else ""
-                body.append(f"<tr{cls}>" + "".join(_td(cell) for cell in row) + "</tr>")
-            body.append("</table></div>")
-        if sec.lines:
-            body.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in sec.lines) + "</ul>")
-        body.append("</section>")
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>gpulab comparison</title>'
-        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
 
 
 def _same_machine_text(cmp: Comparison, width: int) -> str:

@@ -1,14 +1,12 @@
-"""The report's plots as inline PNG (matplotlib, Agg canvas): speedups, scaling, CPU threads, timelines, % of spec."""
+"""The report's plots as inline SVG (matplotlib): speedups, scaling, CPU threads, timelines, % of spec."""
 
 from __future__ import annotations
 
-import base64
-import io
 import math
-from collections import defaultdict
 from typing import Any
 
 from gpulab.report.model import Report, Result, Scaling
+from gpulab.report.templating import Markup, svg_figure
 
 # --- plots ----------------------------------------------------------------------------------------
 
@@ -22,15 +20,8 @@ def new_figure(width: float, height: float) -> Any:
     return fig
 
 
-def png_base64(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def plot_speedups(report: Report) -> str | None:
-    """Horizontal bars of each speedup ratio; base64 PNG, or None when there is nothing to plot."""
+def plot_speedups(report: Report) -> Markup | None:
+    """Horizontal bars of each speedup ratio; inline SVG, or None when there is nothing to plot."""
     items = [s for s in report.speedups if math.isfinite(s.ratio) and s.ratio > 0]
     if not items:
         return None
@@ -50,10 +41,10 @@ def plot_speedups(report: Report) -> str | None:
         ax.annotate(f"{r:.2f}x", (r, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("speedup (x)")
     ax.set_title("Speedups")
-    return png_base64(fig)
+    return svg_figure(fig)
 
 
-def plot_scaling(points: list[Scaling]) -> str | None:
+def plot_scaling(points: list[Scaling]) -> Markup | None:
     """Throughput vs number of devices with the ideal (linear from n=1) line; None without data."""
     pts = sorted((s for s in points if math.isfinite(s.throughput)), key=lambda s: s.n)
     if not pts:
@@ -82,10 +73,10 @@ def plot_scaling(points: list[Scaling]) -> str | None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return png_base64(fig)
+    return svg_figure(fig)
 
 
-def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> str | None:
+def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> Markup | None:
     """Every CPU thread-scaling group in one chart: speedup over one thread against threads, with the ideal line.
 
     One chart instead of one per workload: CPU rows are the baseline of the GPU figures, not the subject.
@@ -111,49 +102,7 @@ def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> 
     ax.set_ylabel("speedup (x)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return png_base64(fig)
-
-
-# timeline key, axis label, factor from the sampled unit to the plotted one
-TIMELINE_METRICS = (("util", "GPU util (%)", 1.0), ("mem_mib", "memory (GiB)", 1 / 1024), ("power_w", "power (W)", 1.0))
-
-
-def _timeline_series(result: Result) -> dict[int, list[dict[str, Any]]]:
-    """The timeline's samples by GPU index, those without a time or an index left out."""
-    series: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for sample in result.telemetry.timeline if result.telemetry else []:
-        if isinstance(sample.get("t"), (int, float)) and isinstance(sample.get("index"), int):
-            series[sample["index"]].append(sample)
-    return series
-
-
-def _plot_metric(ax: Any, series: dict[int, list[dict[str, Any]]], key: str, label: str, scale: float) -> None:
-    for index in sorted(series):
-        pts = sorted((s["t"], s[key] * scale) for s in series[index] if isinstance(s.get(key), (int, float)))
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"GPU {index}")
-    ax.set_ylabel(label)
-    if key == "util":
-        ax.set_ylim(0, 105)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(8, max(1, len(series))), loc="lower right")
-
-
-def plot_timeline(result: Result) -> str | None:
-    """Utilisation, memory and power against time, one line per GPU; None when the result has no timeline."""
-    series = _timeline_series(result)
-    metrics = [
-        m for m in TIMELINE_METRICS if any(isinstance(s.get(m[0]), (int, float)) for ss in series.values() for s in ss)
-    ]
-    if not metrics:
-        return None
-    fig = new_figure(8, 2.0 * len(metrics) + 0.6)
-    axes = [fig.add_subplot(len(metrics), 1, i + 1) for i in range(len(metrics))]
-    for ax, (key, label, scale) in zip(axes, metrics, strict=True):
-        _plot_metric(ax, series, key, label, scale)
-    axes[-1].set_xlabel("t (s)")
-    axes[0].set_title(result_label(result), fontsize=10)
-    return png_base64(fig)
+    return svg_figure(fig)
 
 
 def result_label(r: Result) -> str:
@@ -161,7 +110,7 @@ def result_label(r: Result) -> str:
     return f"{r.series()} {r.framework} {r.launcher} n={r.n} {r.precision}{dev}"
 
 
-def plot_pct_of_spec(report: Report) -> str | None:
+def plot_pct_of_spec(report: Report) -> Markup | None:
     """Bars of each result as % of its datasheet figure; None when no result has a spec."""
     items = [r for r in report.results if r.pct_of_spec is not None and math.isfinite(r.pct_of_spec)]
     if not items:
@@ -180,4 +129,4 @@ def plot_pct_of_spec(report: Report) -> str | None:
     ax.set_xlim(0, max(110.0, max(pcts) * 1.1))
     ax.set_xlabel("% of datasheet spec")
     ax.set_title("Probe results vs spec")
-    return png_base64(fig)
+    return svg_figure(fig)

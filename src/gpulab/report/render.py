@@ -2,7 +2,7 @@
 
 Both open with a front page (the verdict, each failure with its cause and fix, the key figures against
 the datasheet and baseline, speedups and scaling) and keep every detail below it. The HTML page has
-inline CSS, inline PNG plots (matplotlib, Agg canvas) and inline SVG charts, and no external URL, so it
+inline CSS and inline SVG plots and charts (Jinja2 templates, matplotlib), and no external URL, so it
 can be mailed or archived as one file. All text from the report is HTML-escaped.
 """
 

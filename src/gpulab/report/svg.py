@@ -1,25 +1,22 @@
-"""Inline SVG charts for the HTML page (per-GPU load gauges, the % of spec bar) and the escape that passes them."""
+"""The figures behind the HTML page's small SVG charts (per-GPU load gauges); the markup is in the template
+`load_chart.svg.j2`. `escape` and `Markup` are markupsafe's."""
 
 from __future__ import annotations
 
-import html
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from markupsafe import escape
+
 from gpulab.report.model import Result
 from gpulab.report.plots import result_label
+from gpulab.report.templating import Markup, render
+from gpulab.report.timeline import too_short
 from gpulab.report.views import DASH, finite_or_none
 
+__all__ = ["Gauge", "Markup", "escape", "load_chart"]
+
 # --- inline SVG charts ----------------------------------------------------------------------------
-
-
-class Markup(str):
-    """Text that is already HTML (an inline chart): `escape` passes it through unescaped."""
-
-
-def escape(value: Any) -> str:
-    return str(value) if isinstance(value, Markup) else html.escape(str(value), quote=True)
 
 
 @dataclass(frozen=True)
@@ -74,9 +71,20 @@ def gpu_facts(fp: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     return {g.get("index"): g for g in fp.get("gpus") or []}
 
 
+TOO_SHORT = Gauge(None, None, None, "too short to sample")
+
+
 def _load_rows(result: Result, gpus: dict[Any, dict[str, Any]]) -> list[tuple[Any, list[Gauge]]]:
+    """Per GPU its gauges; a window shorter than the sampling interval gets none ("too short to sample")."""
     stats = [s for s in (result.telemetry.per_gpu if result.telemetry else []) if isinstance(s, dict)]
-    return [(s.get("index"), [m[3](s, gpus.get(s.get("index")) or {}) for m in LOAD_METRICS]) for s in stats]
+    interval = result.telemetry.interval_s if result.telemetry else None
+    return [
+        (
+            s.get("index"),
+            [TOO_SHORT if too_short(s, interval) else m[3](s, gpus.get(s.get("index")) or {}) for m in LOAD_METRICS],
+        )
+        for s in stats
+    ]
 
 
 def _scales(rows: list[tuple[Any, list[Gauge]]]) -> list[float]:
@@ -88,67 +96,49 @@ def _scales(rows: list[tuple[Any, list[Gauge]]]) -> list[float]:
     return out
 
 
-def _svg_bar(x: float, y: float, gauge: Gauge, scale: float, metric: tuple[str, str, str, Any], gpu: Any) -> str:
+def _bar(x: float, y: float, gauge: Gauge, scale: float, metric: tuple[str, str, str, Any], gpu: Any) -> dict[str, Any]:
     name, title, colour = metric[:3]
     full = gauge.scale or scale
 
     def width(v: float | None) -> float:
         return 0.0 if v is None else round(BAR_W * max(0.0, min(v / full, 1.0)), 1)
 
-    attrs = (
-        f'data-metric="{name}" data-gpu="{escape(gpu)}" data-mean="{escape(gauge.mean)}" '
-        f'data-max="{escape(gauge.peak)}"'
-    )
-    return (
-        f"<g {attrs}><title>GPU {escape(gpu)} {escape(title)}: {escape(gauge.text)}</title>"
-        f'<rect x="{x}" y="{y}" width="{BAR_W}" height="{BAR_H}" fill="#eef1f4"/>'
-        f'<rect x="{x}" y="{y}" width="{width(gauge.peak)}" height="{BAR_H}" fill="{colour}" opacity="0.35"/>'
-        f'<rect x="{x}" y="{y}" width="{width(gauge.mean)}" height="{BAR_H}" fill="{colour}"/>'
-        f'<text x="{x + BAR_W + 6}" y="{y + BAR_H - 2}">{escape(gauge.text)}</text></g>'
-    )
+    return {
+        "x": x,
+        "y": y,
+        "w": BAR_W,
+        "h": BAR_H,
+        "metric": name,
+        "title": title,
+        "colour": colour,
+        "gpu": gpu,
+        "mean": gauge.mean,
+        "peak": gauge.peak,
+        "text": gauge.text,
+        "mean_w": width(gauge.mean),
+        "peak_w": width(gauge.peak),
+    }
 
 
-def load_chart(result: Result, gpus: dict[Any, dict[str, Any]]) -> str | None:
+def load_chart(result: Result, gpus: dict[Any, dict[str, Any]]) -> Markup | None:
     """Per GPU, bars of utilisation, memory and power side by side (dark: mean, light: peak); an inline
     SVG, or None when the result has no per-GPU telemetry."""
     rows = _load_rows(result, gpus)
     if not rows:
         return None
-    w, h = LABEL_W + PANEL_W * len(LOAD_METRICS), HEAD_H + ROW_H * len(rows)
-    parts = [
-        f'<svg class="load" role="img" aria-label="GPU load: {escape(result_label(result))}" '
-        f'viewBox="0 0 {w} {h}" width="{w}" height="{h}">',
-        *(
-            f'<text class="head" x="{LABEL_W + k * PANEL_W}" y="12">{escape(m[1])}</text>'
-            for k, m in enumerate(LOAD_METRICS)
-        ),
-    ]
     scales = _scales(rows)
+    chart_rows = []
     for r, (gpu, gauges) in enumerate(rows):
         y = HEAD_H + r * ROW_H
-        parts.append(f'<text x="0" y="{y + BAR_H - 2}">GPU {escape(gpu)}</text>')
-        parts += [_svg_bar(LABEL_W + k * PANEL_W, y, gauges[k], scales[k], m, gpu) for k, m in enumerate(LOAD_METRICS)]
-    return "".join([*parts, "</svg>"])
-
-
-PCT_BAR_MAX = 120.0  # % of a reference figure at the bar's end, so 100 % (the tick) sits inside it
-
-
-def pct_bar(values: Sequence[float | None]) -> str:
-    """A small bar for a % of a reference: dark up to the worst device, light up to the best."""
-    nums = sorted(v for v in values if v is not None)
-    if not nums:
-        return ""
-    w = 120
-
-    def x(v: float) -> float:
-        return round(w * max(0.0, min(v, PCT_BAR_MAX)) / PCT_BAR_MAX, 1)
-
-    tick = x(100.0)
-    return (
-        f'<svg class="pct" viewBox="0 0 {w} 12" width="{w}" height="12" role="img" aria-label="{nums[0]:.1f} %">'
-        f'<rect width="{w}" height="12" fill="#eef1f4"/>'
-        f'<rect width="{x(nums[-1])}" height="12" fill="#4c78a8" opacity="0.35"/>'
-        f'<rect width="{x(nums[0])}" height="12" fill="#4c78a8"/>'
-        f'<line x1="{tick}" x2="{tick}" y1="0" y2="12" stroke="#333"/></svg>'
+        bars = [_bar(LABEL_W + k * PANEL_W, y, gauges[k], scales[k], m, gpu) for k, m in enumerate(LOAD_METRICS)]
+        chart_rows.append({"gpu": gpu, "y": y + BAR_H - 2, "bars": bars})
+    return Markup(
+        render(
+            "load_chart.svg.j2",
+            label=result_label(result),
+            w=LABEL_W + PANEL_W * len(LOAD_METRICS),
+            h=HEAD_H + ROW_H * len(rows),
+            heads=[(LABEL_W + k * PANEL_W, m[1]) for k, m in enumerate(LOAD_METRICS)],
+            rows=chart_rows,
+        ).strip()
     )

@@ -18,7 +18,6 @@ from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.model import STATUSES, Check, Report, Result, Scaling, Speedup
 
 DASH = "—"
-MAX_TIMELINE_PLOTS = 12
 MAX_SCALING_PLOTS = 12
 
 

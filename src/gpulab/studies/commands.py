@@ -77,8 +77,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(study: Any, study_dir: Path, *, resume: bool, scheduler: str | None, args: argparse.Namespace) -> int:
+    from gpulab.studies.page import write_report
     from gpulab.studies.psets import parameter_sets
-    from gpulab.studies.report import write_report
     from gpulab.studies.runner import run_study
 
     total = len(parameter_sets(study))
@@ -125,7 +125,7 @@ def _command_line() -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gpulab.studies.report import write_report
+    from gpulab.studies.page import write_report
 
     study_dir = Path(args.study_dir)
     _check_report_outputs(study_dir, args.html, args.md)

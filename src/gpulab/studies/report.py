@@ -19,11 +19,9 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.report.formatting import stand_ins_summary
-from gpulab.report.html_page import CSS, html_table, img_tag
-from gpulab.report.io import atomic_write_text
 from gpulab.report.markdown import md_table, md_text
-from gpulab.report.plots import new_figure, png_base64
-from gpulab.report.svg import Markup, escape
+from gpulab.report.plots import new_figure
+from gpulab.report.templating import Markup, svg_figure
 from gpulab.report.views import fmt_num
 from gpulab.studies import baselines, ledger
 from gpulab.studies.psets import varied_columns
@@ -31,21 +29,6 @@ from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
 from gpulab.studies.task import outcome, study_relative
 from gpulab.workloads.stand_ins import stand_ins
-
-EXTRA_CSS = """
-.prow{display:flex;gap:1rem;align-items:flex-start;margin:.4rem 0 1.2rem}
-.refs{display:flex;gap:.4rem;padding-right:.8rem;border-right:2px solid #ccc}
-.grid{display:flex;flex-wrap:wrap;gap:.6rem .5rem;flex:1}
-.prow figure{margin:0;width:150px;font-size:.8rem;line-height:1.25;text-align:center;overflow-wrap:anywhere}
-.prow img{width:144px;height:auto;border:3px solid transparent;outline:1px solid #ddd}
-.prow img.best{border-color:#2e7d32}
-.prow figcaption .value{font-weight:600}
-.prow figcaption .best{color:#2e7d32;font-weight:600}
-.prow .failed{color:#c62828}
-.prow .missing{width:144px;height:96px;display:flex;align-items:center;justify-content:center;background:#f4f4f4}
-.note{font-size:.9rem;color:#444;margin:.2rem 0}
-.headline{font-size:1.1rem;padding:.5rem 1rem;border-left:.4rem solid #4c78a8;background:#f4f6f8}
-"""
 
 
 @dataclass
@@ -195,7 +178,7 @@ def summarise(runs: Sequence[Run], sessions: Sequence[dict[str, Any]]) -> Summar
 LEGEND_MAX = 8  # more lines than this: colours alone, the runs table names them
 
 
-def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = ()) -> str | None:
+def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = ()) -> Markup | None:
     """Loss against step (log scale), one line per run (the first `limit` successful ones), coloured by run; a
     legend by the varied values where there are few lines to tell apart, whole epochs on the axis of epoch runs."""
     drawn = [r for r in runs if r.status == "ok" and len(r.curve) >= 2][:limit]
@@ -221,7 +204,7 @@ def plot_curves(runs: Sequence[Run], limit: int = 60, columns: Sequence[str] = (
     if labelled:
         ax.legend(fontsize="small")
     ax.set_title(f"loss curves ({len(drawn)} runs)")
-    return png_base64(fig)
+    return svg_figure(fig)
 
 
 LEGEND_VALUES = 12  # more values than this: a colour bar over the values instead of legend entries
@@ -235,7 +218,7 @@ def _points(run: Run) -> list[tuple[float, float]]:
     ]
 
 
-def plot_param_curves(runs: Sequence[Run], name: str) -> str | None:
+def plot_param_curves(runs: Sequence[Run], name: str) -> Markup | None:
     """The loss curves of the runs that vary `name` (a star study's row), coloured in value order, with a legend
     of the values (a colour bar where there are many)."""
     import matplotlib as mpl
@@ -269,7 +252,7 @@ def plot_param_curves(runs: Sequence[Run], name: str) -> str | None:
         bar.set_label(name)
     ax.set_title(f"loss curves varying {name} ({len(drawn)} runs)")
     fig.tight_layout()
-    return png_base64(fig)
+    return svg_figure(fig, tight=False)
 
 
 def _as_number(text: str) -> float:
@@ -365,6 +348,8 @@ class StudyPage:
     counts_line: str | None = None  # planned, done, failed, missing, repeated (studies.ledger)
     stand_ins_line: str | None = None
     study_dir: Path | None = None  # where the runs' images are (embedded from there)
+    # the GPUs' NVML samples while the study ran, per session: {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
+    gpu_timeline: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
 def _gpu_use(sessions: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -402,6 +387,7 @@ def build(study_dir: Path) -> StudyPage:
         counts_line=ledger.summary_line(study, df),
         stand_ins_line=stand_ins_line(runs, study.workload),
         study_dir=study_dir,
+        gpu_timeline=[list(s.get("gpu_timeline") or []) for s in sessions if s.get("gpu_timeline")],
     )
 
 
@@ -487,107 +473,4 @@ def _best(members: Sequence[Run]) -> Run | None:
     return min(done, key=lambda r: r.final_loss or 0.0) if done else None
 
 
-def _figure_html(src: str | None, alt: str, caption: str, *, best: bool = False) -> str:
-    img = (
-        f'<img{" class=best" if best else ""} alt="{escape(alt)}" src="data:image/jpeg;base64,{src}">'
-        if src
-        else f'<div class="missing">{escape("no image")}</div>'
-    )
-    return f"<figure>{img}<figcaption>{caption}</figcaption></figure>"
-
-
-def _refs_html(study: Study) -> str:
-    figures = []
-    for label, source, array in references(study):
-        thumb = _thumbnail(array) if array is not None else None
-        caption = f'<span class="value">{escape(label)}</span><br>{escape(source)}'
-        figures.append(_figure_html(thumb, label, caption).replace("<figure>", '<figure class="ref">', 1))
-    return f"<div class='refs'>{''.join(figures)}</div>" if figures else ""
-
-
-def _grid_html(page: StudyPage) -> str:
-    refs = _refs_html(page.study)
-    parts = []
-    for name, members in image_grids(page.runs, page.study):
-        best = _best(members)
-        figures = []
-        for r in members:
-            value = _short(r.values.get(name)) if name in r.values else _caption(r, None)
-            lines = [f'<span class="value">{escape(value)}</span>']
-            if r.status != "ok":
-                lines.append(f'<span class="failed">{escape(r.status)}</span>')
-            elif r.final_loss is not None:
-                lines.append(f"loss {escape(f'{r.final_loss:.3g}')}")
-            if r is best:
-                lines.append('<span class="best">★ lowest loss</span>')
-            alt = _caption(r, name if name in r.values else None)
-            figures.append(_figure_html(_thumbnail(r.output, page.study_dir), alt, "<br>".join(lines), best=r is best))
-        note = f"{len(members)} run(s) in value order"
-        if best is not None:
-            where = _caption(best, name if name in best.values else None)
-            note += f"; lowest final loss {best.final_loss:.3g} at {where}"
-        if name in LOSS_WEIGHTS:
-            note += f" ({name} weighs the loss itself: losses under different values do not compare; judge the images)"
-        parts.append(
-            f"<h3>{escape(name)}</h3><p class='note'>{escape(note)}</p>"
-            f"<div class='prow'>{refs}<div class='grid'>{''.join(figures)}</div></div>"
-        )
-    return "".join(parts)
-
-
-def to_html(page: StudyPage) -> str:
-    """The page, self-contained: plots and images embedded."""
-    s = page.study
-    title = f"Study {s.name}" + (f" ({s.variant})" if s.variant else "")
-    body = [f"<h1>{escape(title)}</h1>"]
-    if s.title:
-        body.append(f"<p class='run'>{escape(s.title)}</p>")
-    if page.counts_line:
-        body.append(f"<p class='headline'>{escape(page.counts_line)}</p>")
-    body.append(f"<p class='headline'>{escape(headline(page.summary, s.whole_machine))}</p>")
-    if page.baseline_line:
-        body.append(f"<p class='headline'>{escape(page.baseline_line)}</p>")
-    if page.stand_ins_line:
-        body.append(f"<p class='banner'>{escape(page.stand_ins_line)}</p>")
-    body.append("<h2>Workers</h2>")
-    body.append(
-        html_table(
-            ("worker", "runs", "busy", "share of wall time"),
-            [(w, n, fmt_num(b, "s"), f"{100 * u:.0f} %") for w, n, b, u in page.summary.per_worker],
-            num_cols=(1, 2, 3),
-        )
-    )
-    if page.gpu_use:
-        body.append("<h3>GPU use while the study ran (NVML)</h3>")
-        body.append(html_table(GPU_USE_HEADERS, page.gpu_use, num_cols=(1, 2, 3, 4)))
-    if s.vary.mode == "star" and s.vary.params:
-        plots = [(n, plot_param_curves([r for r in page.runs if r.vary == n], n)) for n in s.vary.params]
-        shown = "".join(img_tag(png, f"loss curves varying {n}") for n, png in plots if png)
-        if shown:
-            body.append("<h2>Loss curves</h2>" + shown)
-    elif curves := plot_curves(page.runs, columns=page.columns):
-        body.append("<h2>Loss curves</h2>" + img_tag(curves, "loss curves"))
-    grids = _grid_html(page)
-    if grids:
-        body.append("<h2>Images per parameter</h2>" + grids)
-    headers = _RUN_HEADERS(page.columns)
-    body.append("<h2>Runs</h2>")
-    body.append(
-        html_table(headers, _runs_rows(page.runs, page.columns), num_cols=(4, 5, 6), status_col=len(page.columns) + 1)
-    )
-    head = f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
-    return head + f"<style>{CSS}{EXTRA_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-
-
-def write_report(study_dir: Path, *, html: Path | None = None, md: Path | None = None) -> tuple[Path, Path]:
-    """Write the study's report (default STUDY_DIR/report.html and report.md) atomically; returns both paths."""
-    study_dir = Path(study_dir)
-    page = build(study_dir)
-    html_path = Path(html) if html else study_dir / "report.html"
-    md_path = Path(md) if md else study_dir / "report.md"
-    atomic_write_text(html_path, to_html(page))
-    atomic_write_text(md_path, to_markdown(page))
-    return html_path, md_path
-
-
-__all__ = ["Markup", "build", "to_html", "to_markdown", "write_report"]
+__all__ = ["build", "to_markdown"]

@@ -59,6 +59,7 @@ class Session:
     machine_runs: int = 0
     notes: list[str] = field(default_factory=list)
     gpu_use: list[dict[str, Any]] = field(default_factory=list)  # per GPU: util_mean, mem_max_mib, power_mean_w
+    gpu_timeline: list[dict[str, Any]] = field(default_factory=list)  # the samples over the session (telemetry)
     packing: dict[str, Any] = field(default_factory=dict)  # runs per GPU: asked, chosen (per_gpu), why, the probe
 
 
@@ -279,6 +280,7 @@ def _sampling(chosen: list[cluster.Slot] | None, session: Session) -> Iterator[N
         summary = sampler.summary()
         if summary is not None:
             session.gpu_use = jsonable(summary.per_gpu)
+            session.gpu_timeline = jsonable(summary.timeline)
 
 
 def _count(session: Session, df: Any, started: float) -> None:
