@@ -135,6 +135,7 @@ case "$action" in
   # guest stay on one worker (tests/conftest.py), the rest spread over both.
   test)
     lane=()
+    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # tests/conftest.py says why
     if [ "${1:-}" = --fast ]; then shift; lane=(-m "not slow"); fi
     exec "$venv/bin/python" -m pytest tests/ -n "${GPULAB_TEST_WORKERS:-2}" --dist loadgroup "${lane[@]}" "$@" ;;
 esac

@@ -138,18 +138,18 @@ def test_three_consecutive_standard_runs_pass_with_the_sweep_on_the_same_gpus_bo
 def test_their_compare_finds_no_regression_and_calls_the_guests_cpus_unsteady_not_regressed():
     from gpulab.report.compare import compare
 
-    cmp = compare([(p.name, load_report(p)) for p in REPEAT])
+    reports = [load_report(p) for p in REPEAT]
+    cmp = compare([(p.name, r) for p, r in zip(REPEAT, reports, strict=True)])
     assert not cmp.regressions, cmp.regressions
     assert "GPU: no regression" in cmp.verdict and "host: unsteady" in cmp.verdict
     # The CPU rows that moved most (mnist on 32 threads -86.5 %, a one-thread matmul -43.8 %) are named, excused.
     moved = cmp.host_contended
     assert any("mnist" in line and "-86.5 %" in line and "host unsteady" in line for line in moved), moved
     # The same rows with steady calibrations stay regressions: the rule leans on the measured swing, not on a guess.
-    steady = [load_report(p) for p in REPEAT]
-    for report in steady:
+    for report in reports:
         for entry in report.host_load:
             entry["calibration_end"] = dict(entry["calibration_start"])
-    cmp = compare([(p.name, r) for p, r in zip(REPEAT, steady, strict=True)])
+    cmp = compare([(p.name, r) for p, r in zip(REPEAT, reports, strict=True)])
     assert cmp.regressions and "host: REGRESSION" in cmp.verdict
 
 
