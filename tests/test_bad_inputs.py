@@ -26,6 +26,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
 CAPTURE = FIXTURES / "h200x4-firecracker" / "nvidia-smi-q-x.xml"
 REPORT = FIXTURES / "reports" / "h200x4-standard.json"
 GPULAB = Path(sys.executable).parent / "gpulab"

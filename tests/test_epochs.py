@@ -17,6 +17,8 @@ from gpulab.training.metrics import accuracy, mean_auc, roc_auc
 from gpulab.workloads.base import RunConfig
 from gpulab.workloads.data import ClassFolder, write_class_folder
 
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 DIGITS = Path("digits")

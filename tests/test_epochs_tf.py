@@ -7,6 +7,8 @@ import pytest
 from gpulab.cli import main
 from gpulab.report.io import load_report
 
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
+
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
 

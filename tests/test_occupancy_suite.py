@@ -12,11 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from capture_edits import H200_XML, P100_XML
 from gpulab.report.io import load_report
 from gpulab.report.model import Report
 
 ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow  # the validation suite in child processes: the full lane only
 
 # One H100; GPULAB_FAKE_BUSY_PID names a process holding 41.7 GiB and keeping the GPU at 100 %.
 FAKE_PYNVML = """

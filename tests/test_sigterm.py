@@ -26,6 +26,8 @@ import yaml
 from gpulab.interrupts import PARENT_ENV
 
 GPULAB = Path(sys.executable).parent / "gpulab"
+
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
 MARK_ENV = "GPULAB_TEST_MARK"
 SETTLE_S = 5.0  # how long the command's children may take to go once it has exited
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}

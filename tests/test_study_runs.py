@@ -23,6 +23,8 @@ from gpulab.studies.runner import load_database  # noqa: E402
 
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
+
 
 def gpulab(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -22,6 +22,8 @@ from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu
 
 WORKLOADS = ("mnist", "cifar10", "chexnet", "resnet50", "style_transfer")
 
+pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
+
 
 def tiny(workload: str, **kw: object) -> RunConfig:
     cfg = RunConfig(workload, size="tiny", warmup=1, steps=2)
