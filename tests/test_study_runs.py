@@ -158,6 +158,16 @@ def test_a_study_runs_on_a_dask_cluster_started_apart(tmp_path):
         stderr=subprocess.DEVNULL,
         env=ENV,
     )
+    # Workers start once the scheduler listens, as the docs say: `study worker` checks its address at once (a
+    # scheduler still starting is "nothing answers"), and the command starts faster than Dask's scheduler does.
+    listening = time.time() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.time() < listening and scheduler.poll() is None, "the scheduler did not start"
+            time.sleep(0.5)
     workers = subprocess.Popen(
         [sys.executable, "-m", "gpulab", "study", "worker", address, "--workers", "2"],
         stdout=subprocess.DEVNULL,
