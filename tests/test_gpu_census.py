@@ -19,8 +19,8 @@ import yaml
 from gpulab.checks import occupancy
 from gpulab.hw import gpu_census
 from gpulab.hw.smi_xml import parse_smi_xml
-from playbook import REPO, ansible_env
-from provision.inventory import require_ansible
+from playbook import REPO, ansible_env, ansible_playbook
+from provision.inventory import chroot_inventory, require_ansible
 
 if str(REPO / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / "collections"))
@@ -167,3 +167,48 @@ def test_the_drain_variables_are_documented_in_the_argument_specs() -> None:
     for name in [k for k in defaults if k.startswith(("nvidia_driver_drain", "nvidia_driver_allow"))]:
         assert name in options, name
     assert options["nvidia_driver_drain"]["choices"] == ["none", "slurm", "kubernetes"]
+
+
+GUESTS_PLAY = """\
+- name: The KVM host's guests before a reboot
+  hosts: kvm_hosts
+  gather_facts: false
+  tasks:
+    - name: Look for running guests with GPUs
+      ansible.builtin.include_role:
+        name: vfio_host
+        tasks_from: guests.yml
+"""
+
+
+@pytest.mark.slow
+def test_a_kvm_host_does_not_reboot_away_its_gpu_guests(debian_root: Path, tmp_path: Path) -> None:
+    """vfio_host's check before its reboot, in a Debian root with a virsh stand-in listing a guest with a GPU."""
+    require_ansible()
+    (debian_root / "var/lib/stand-in").mkdir(parents=True)
+    (debian_root / "var/lib/stand-in/gpu-vm.xml").write_text(DOMAIN.format(name="gpu-vm", hostdev=HOSTDEV))
+    _stand_in(
+        debian_root / "usr/local/bin",
+        "virsh",
+        'echo "virsh $*" >> /var/log/virsh.log\n'
+        'case "$3" in list) echo gpu-vm;; dumpxml) cat /var/lib/stand-in/"$4".xml;; esac\n',
+    )
+    play = tmp_path / "guests.yml"
+    play.write_text(GUESTS_PLAY)
+    refused = ansible_playbook(play, chroot_inventory(tmp_path / "inv", {"kvm01": {"root": debian_root}}, "kvm_hosts"))
+    assert refused.rc == 2, refused.explain()
+    said = " ".join(refused.output.split("fatal: [kvm01]: FAILED!", 1)[1].split())
+    assert (
+        "kvm01 must reboot for the IOMMU and vfio-pci but guests with GPUs run on it (libvirt domain gpu-vm runs "
+        "with 0000:3b:00.0 passed through): shut them down (virsh shutdown <domain>) and run again, or set "
+        "vfio_host_allow_running_guests: true to reboot them away."
+    ) in said
+    allowed = ansible_playbook(
+        play,
+        chroot_inventory(
+            tmp_path / "inv2", {"kvm01": {"root": debian_root, "vfio_host_allow_running_guests": True}}, "kvm_hosts"
+        ),
+    )
+    assert allowed.rc == 0, allowed.explain()
+    assert "kvm01 reboots with guests running (libvirt domain gpu-vm" in " ".join(allowed.output.split())
+    assert (debian_root / "var/log/virsh.log").read_text().count("list --name --state-running") == 2
