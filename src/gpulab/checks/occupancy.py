@@ -34,14 +34,13 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible, nvml
+from gpulab.hw.gpu_census import MEMORY_FLOOR_MIB, MEMORY_SHARE
 from gpulab.hw.model import GpuInfo
 from gpulab.hw.smi_xml import process_type
 from gpulab.report.model import Check
 
 CHECK_FREE = "occupancy.gpus_free"
 CHECK_SELECTED = "gpus.selected"
-MEMORY_FLOOR_MIB = 1024
-MEMORY_SHARE = 0.01  # of the board's memory: 1.4 GiB on a 141 GiB H200, twice its reservation
 UTILISATION_PCT = 10.0
 SAMPLES = 4
 INTERVAL_S = 0.15  # 4 samples: 0.45 s, within NVML's 1/6 s to 1 s utilisation period

@@ -11,7 +11,7 @@ short_description: The running and the newest installed kernel, the ones the NVI
 description:
   - The input is C(gpulab_kernels) (the releases under C(/boot)). The result is the running kernel, where it is
     installed and the host is not an image (in a chroot the running kernel is the build host's), and the newest
-    installed one. Older kernels are left out: their headers may have left the archive.
+    installed one. Older kernels are left out, as their headers may have left the archive.
 version_added: "0.2.0"
 author: gpulab
 options:

@@ -17,7 +17,7 @@ description:
   - Lists NVIDIA GPUs (PCI vendor 0x10de, class 0x0300 VGA or 0x0302 3D controller) under
     C(/sys/bus/pci/devices) and every other function of the same device (domain:bus:slot) that is not a bridge,
     such as the GPU's audio and USB functions, which have to be passed through with the GPU.
-  - The GPUs are the ones in I(gpus), or every NVIDIA GPU except the boot VGA device (C(boot_vga) is 1: the
+  - The GPUs are the ones in I(gpus), or every NVIDIA GPU except the boot VGA device (C(boot_vga) is 1, the
     firmware's console), which stays with the host.
   - Reports the CPU vendor from C(/proc/cpuinfo), whether the IOMMU is on (C(/sys/kernel/iommu_groups) has groups)
     and the kernel driver each listed function is bound to.

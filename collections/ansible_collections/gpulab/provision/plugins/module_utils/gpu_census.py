@@ -1,0 +1,1 @@
+../../../../../../src/gpulab/hw/gpu_census.py
