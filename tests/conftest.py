@@ -58,6 +58,7 @@ LONGEST_FIRST = (  # the slowest files, longest first: the Debian 12 root with i
     "test_roles_chroot.py",
     "test_site_guest.py",
     "test_container_toolkit.py",
+    "test_operations.py",  # two multi-node rolls in Debian roots
     "test_apt_mirror.py",
     "test_role_nvidia_driver.py",
     "test_dcgm_role.py",
