@@ -34,7 +34,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible, nvml
-from gpulab.hw.gpu_census import MEMORY_FLOOR_MIB, MEMORY_SHARE
+from gpulab.hw.gpu_census import MEMORY_FLOOR_MIB, MEMORY_SHARE, UNKNOWN, smi_number, smi_text
 from gpulab.hw.model import GpuInfo
 from gpulab.hw.smi_xml import process_type
 from gpulab.report.model import Check
@@ -47,7 +47,6 @@ INTERVAL_S = 0.15  # 4 samples: 0.45 s, within NVML's 1/6 s to 1 s utilisation p
 FIX = "stop that work, select other GPUs with --gpus, or pass --allow-busy to measure anyway"
 _KINDS = {"C": ("compute",), "G": ("graphics",), "C+G": ("compute", "graphics"), "M": ("mps",), "M+C": ("mps",)}
 _TIMED = ("compute", "mps")
-_UNKNOWN = {"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error"}
 
 
 @dataclass(frozen=True)
@@ -243,23 +242,8 @@ def look(
     return occupancy
 
 
-def _text(node: ET.Element | None, path: str) -> str | None:
-    found = node.find(path) if node is not None else None
-    if found is None or found.text is None or found.text.strip() in _UNKNOWN:
-        return None
-    return found.text.strip()
-
-
-def _number(node: ET.Element | None, path: str) -> float | None:
-    text = _text(node, path)
-    try:
-        return float(text.split()[0]) if text else None
-    except ValueError:
-        return None
-
-
 def _int(node: ET.Element | None, path: str) -> int | None:
-    value = _number(node, path)
+    value = smi_number(node, path)
     return int(value) if value is not None else None
 
 
@@ -267,18 +251,18 @@ def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
     # Pre-2013 drivers: <memory_usage> and <compute_processes> (see gpulab.hw.smi_xml).
     memory = "fb_memory_usage" if node.find("fb_memory_usage") is not None else "memory_usage"
     used = _int(node, f"{memory}/used")
-    util = _number(node, "utilization/gpu_util")
+    util = smi_number(node, "utilization/gpu_util")
     listing = node.find("processes")
     if listing is None:
         listing = node.find("compute_processes")
     # Drivers that cannot list processes write <processes>N/A</processes>; an empty element lists none.
-    listed = listing is not None and (len(listing) > 0 or (listing.text or "").strip() not in _UNKNOWN - {""})
+    listed = listing is not None and (len(listing) > 0 or (listing.text or "").strip() not in UNKNOWN - {""})
     processes = []
     for info in listing.findall("process_info") if listing is not None else []:
         pid = _int(info, "pid")
         if pid is None:
             continue
-        name = _text(info, "process_name")
+        name = smi_text(info, "process_name")
         kinds = _KINDS.get(process_type(node, info), ("compute",))
         processes.append(Process(pid, Path(name).name if name else "(unnamed)", _int(info, "used_memory"), kinds))
     return GpuLook(
@@ -308,7 +292,7 @@ def from_capture(gpus: Sequence[GpuInfo], path: Path) -> Occupancy:
         return occupancy
     for gpu in gpus:
         node = nodes[gpu.index] if gpu.index < len(nodes) else None
-        if node is None or (_text(node, "uuid") or gpu.uuid) != gpu.uuid:
+        if node is None or (smi_text(node, "uuid") or gpu.uuid) != gpu.uuid:
             occupancy.gpus.append(
                 GpuLook(gpu.index, gpu.name, gpu.uuid, problem=f"GPU {gpu.index} not found in {path}")
             )

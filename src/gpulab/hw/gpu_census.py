@@ -27,7 +27,7 @@ from typing import Any
 
 MEMORY_FLOOR_MIB = 1024
 MEMORY_SHARE = 0.01  # of the board's memory: 1.4 GiB on a 141 GiB H200, twice its reservation
-_UNKNOWN = {"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error"}
+UNKNOWN = {"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error"}  # nvidia-smi: no value
 _KINDS = {"C": "compute", "G": "graphics", "C+G": "compute+graphics", "M": "MPS", "M+C": "MPS"}
 _DEVICE = re.compile(r"^/dev/nvidia(\d+|ctl|-uvm)$")
 
@@ -43,24 +43,31 @@ def memory_bound_mib(total_mib: float | None) -> float:
     return max(MEMORY_FLOOR_MIB, MEMORY_SHARE * total_mib) if total_mib else MEMORY_FLOOR_MIB
 
 
-def _text(node: ET.Element | None, path: str) -> str | None:
+def smi_text(node: ET.Element | None, path: str) -> str | None:
+    """The text at `path` of a `nvidia-smi -q -x` element, None where nvidia-smi wrote no value."""
     found = node.find(path) if node is not None else None
-    if found is None or found.text is None or found.text.strip() in _UNKNOWN:
+    if found is None or found.text is None or found.text.strip() in UNKNOWN:
         return None
     return found.text.strip()
 
 
-def _mib(node: ET.Element | None, path: str) -> int | None:
-    text = _text(node, path)
+def smi_number(node: ET.Element | None, path: str) -> float | None:
+    """The leading number of the text at `path` ("1234 MiB" -> 1234.0), None without one."""
+    text = smi_text(node, path)
     try:
-        return int(float(text.split()[0])) if text else None
+        return float(text.split()[0]) if text else None
     except ValueError:
         return None
 
 
+def _mib(node: ET.Element | None, path: str) -> int | None:
+    value = smi_number(node, path)
+    return int(value) if value is not None else None
+
+
 def _kind(gpu: ET.Element, info: ET.Element) -> str:
-    kind = (_text(info, "type") or "C").upper()
-    if kind == "C+G" and (_text(gpu, "driver_model/current_dm") or "").upper() == "WDDM":
+    kind = (smi_text(info, "type") or "C").upper()
+    if kind == "C+G" and (smi_text(gpu, "driver_model/current_dm") or "").upper() == "WDDM":
         return "G"  # Windows lists every DirectX program C+G: a graphics client
     return kind
 
@@ -77,13 +84,13 @@ def smi_gpus(xml_text: str) -> list[dict[str, Any]]:
         for info in listing.findall("process_info") if listing is not None else []:
             pid = _mib(info, "pid")
             if pid is not None:
-                name = os.path.basename(_text(info, "process_name") or "") or "(unnamed)"
+                name = os.path.basename(smi_text(info, "process_name") or "") or "(unnamed)"
                 kind = _KINDS.get(_kind(node, info), "compute")
                 processes.append({"pid": pid, "name": name, "kind": kind, "used_mib": _mib(info, "used_memory")})
         gpus.append(
             {
                 "index": index,
-                "bus_id": node.get("id") or _text(node, "pci/pci_bus_id"),
+                "bus_id": node.get("id") or smi_text(node, "pci/pci_bus_id"),
                 "total_mib": _mib(node, f"{memory}/total"),
                 "used_mib": _mib(node, f"{memory}/used"),
                 "processes": processes,
