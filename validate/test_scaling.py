@@ -32,10 +32,7 @@ def _one_at_a_time(cfg, n, sweep_dir):
     row = run_sweep(cfg, 1, sweep_dir, runs=1)
     for k in range(1, n):
         more = run_sweep(cfg, 1, sweep_dir, runs=1, first_gpu=k)
-        if row.spread is not None and more.spread is not None:
-            row.spread = spread.merged(row.spread, more.spread)
-            row.value = row.spread.median
-        row.seconds = (row.seconds or 0) + (more.seconds or 0)
+        remeasure.merge_into(row, more, why=None)
         row.devices = [*(row.devices or []), *(more.devices or [])]
         row.params["runs"] = [*row.params.get("runs", []), *more.params.get("runs", [])]
     return row

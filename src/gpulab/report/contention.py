@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,15 +198,20 @@ def contended(entry: Mapping[str, Any], now: bool = False) -> str | None:
     return None
 
 
-def report_contention(entries: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why a report's host was contended (each contended run's figures, named by the run when it has several), or
-    None when none of its host-load entries was."""
-    found = [(str(e.get("what") or "a run"), why) for e in entries if (why := contended(e)) is not None]
+def _per_run(entries: Sequence[Mapping[str, Any]], judge: Callable[[Mapping[str, Any]], str | None]) -> str | None:
+    """`judge`'s reason for each entry that has one, named by its run when the report has several; None if none."""
+    found = [(str(e.get("what") or "a run"), why) for e in entries if (why := judge(e)) is not None]
     if not found:
         return None
     if len(entries) == 1:
         return found[0][1]
     return "; ".join(f"{what}: {why}" for what, why in found)
+
+
+def report_contention(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a report's host was contended (each contended run's figures, named by the run when it has several), or
+    None when none of its host-load entries was."""
+    return _per_run(entries, contended)
 
 
 def unsteady(entry: Mapping[str, Any]) -> str | None:
@@ -221,12 +226,7 @@ def unsteady(entry: Mapping[str, Any]) -> str | None:
 def report_unsteady(entries: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a report's host CPUs moved under it (each such run's calibration, named by the run when it has
     several), or None."""
-    found = [(str(e.get("what") or "a run"), why) for e in entries if (why := unsteady(e)) is not None]
-    if not found:
-        return None
-    if len(entries) == 1:
-        return found[0][1]
-    return "; ".join(f"{what}: {why}" for what, why in found)
+    return _per_run(entries, unsteady)
 
 
 def measured(entries: Sequence[Mapping[str, Any]]) -> bool:

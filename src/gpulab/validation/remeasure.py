@@ -18,8 +18,12 @@ from gpulab.report.model import Check, Result
 AGAIN_FACTOR = 2  # the re-measure runs this many times the first measurement's windows
 
 
-def merge_into(row: Result, again: Result) -> Result:
-    """`again`'s windows added to `row` (the row the report already holds), its figure recomputed in place."""
+REMEASURED = "the first interval straddled its bound or lay above 100 % efficiency"
+
+
+def merge_into(row: Result, again: Result, why: str | None = REMEASURED) -> Result:
+    """`again`'s windows added to `row` (the row the report already holds), its figure recomputed in place; `why`
+    is recorded as the row's re-measure (None: `again` is more of the same measurement, not a second look)."""
     if row.spread is None or again.spread is None:
         return row
     row.spread = spread.merged(row.spread, again.spread)
@@ -30,10 +34,8 @@ def merge_into(row: Result, again: Result) -> Result:
         row.iterations += again.iterations
     if row.spec_value:
         row.pct_of_spec = round(100 * row.value / row.spec_value, 2)
-    row.params["remeasured"] = {
-        "windows_added": len(again.spread.windows),
-        "why": "the first interval straddled its bound or lay above 100 % efficiency",
-    }
+    if why is not None:
+        row.params["remeasured"] = {"windows_added": len(again.spread.windows), "why": why}
     return row
 
 
