@@ -34,7 +34,7 @@ COMMANDS = {
     "study": "studies",
     "vm": "vm",
 }
-PACKAGES = ("hw", "compat", "validation", "report", "launch", "studies", "vm")  # the order --help lists them in
+PACKAGES = tuple(dict.fromkeys(COMMANDS.values()))  # each once, in the order --help lists them
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
