@@ -4,6 +4,8 @@ tests share the machine when pytest-xdist runs them on several workers (`./boots
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -43,6 +45,20 @@ def shared_group(fixturenames: tuple[str, ...] | list[str]) -> str | None:
     return next((group for group, fixtures in SHARED_BY if set(fixtures) & set(fixturenames)), None)
 
 
+INTERN = sys.intern
+
+
+@pytest.fixture(autouse=True)
+def _ansible_stays_out_of_the_test_process() -> Iterator[None]:
+    """Importing Ansible's module_utils replaces sys.intern, and torch's compiler, imported later on the same worker,
+    then fails every workload; which tests meet on a worker varies with the run. Tests call Ansible's code in a
+    child process; one that imports it here fails, named, and the worker gets its sys.intern back."""
+    yield
+    if sys.intern is not INTERN:
+        sys.intern = INTERN
+        pytest.fail("this test imported Ansible into the test process (sys.intern replaced): call it in a child")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = shared_group(getattr(item, "fixturenames", ()))
@@ -52,6 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # workers take them while many short tests are left to even out the end, instead of one worker starting a
     # quarter-hour root test when the other is nearly done.
     items.sort(key=_run_order)
+    if sys.intern is not INTERN:
+        raise pytest.UsageError("a test module imports Ansible at its top (sys.intern replaced): import it in a child")
 
 
 LONGEST_FIRST = (  # the slowest files, longest first: the Debian 12 root with its kernel upgrade, the booted guest, ...

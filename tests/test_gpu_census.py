@@ -22,10 +22,6 @@ from gpulab.hw.smi_xml import parse_smi_xml
 from playbook import REPO, ansible_env, ansible_playbook
 from provision.inventory import chroot_inventory, require_ansible
 
-if str(REPO / "collections") not in sys.path:
-    sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.gpulab.provision.plugins.filter.gpu_pods import gpu_pods
-
 CAPTURES = REPO / "tests/fixtures/captures"
 BUSY = CAPTURES / "v100s-pcie-x8-busy.xml"
 IDLE = REPO / "tests/fixtures/h200x4-firecracker/nvidia-smi-q-x.xml"
@@ -154,10 +150,21 @@ def test_a_kubernetes_drain_evicts_running_gpu_pods_only() -> None:
             _pod("done", "1", phase="Succeeded"),
         ]
     }
-    assert gpu_pods(json.dumps(listing)) == [{"namespace": "ml", "name": "train"}]
-    assert gpu_pods(listing, "amd.com/gpu") == []
-    with pytest.raises(Exception, match="not the output of `kubectl get pods -o json`"):
-        gpu_pods("error: You must be logged in to the server")
+    # The filter in a child process: importing Ansible patches this interpreter's sys.intern, which torch's compiler
+    # refuses later in the session (tests/conftest.py checks no test leaves Ansible imported).
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); listing = json.loads(sys.argv[2])\n"
+        "from ansible_collections.gpulab.provision.plugins.filter.gpu_pods import gpu_pods\n"
+        "out = {'gpu': gpu_pods(json.dumps(listing)), 'amd': gpu_pods(listing, 'amd.com/gpu')}\n"
+        "try:\n    gpu_pods('error: You must be logged in to the server')\n"
+        "except Exception as err:\n    out['error'] = str(err)\n"
+        "print(json.dumps(out))"
+    )
+    argv = [sys.executable, "-c", script, str(REPO / "collections"), json.dumps(listing)]
+    out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert out["gpu"] == [{"namespace": "ml", "name": "train"}]
+    assert out["amd"] == []
+    assert "not the output of `kubectl get pods -o json`" in out["error"]
 
 
 def test_the_drain_variables_are_documented_in_the_argument_specs() -> None:
