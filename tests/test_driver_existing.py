@@ -55,12 +55,34 @@ def test_a_fresh_host_installs():
     assert decision.message == "No NVIDIA driver on n1: installing 535."
 
 
-def test_a_hand_installed_driver_that_serves_the_plan_is_kept_and_nothing_is_held_or_changed():
+def test_a_hand_installed_driver_that_serves_the_plan_is_kept_held_where_it_is_and_nothing_removed():
     decision = decide(facts(*DEBIAN_535), plan(P100), "keep", "n1")
     assert decision.action == "keep"
     assert decision.installed_version == "535.261.03" and decision.packaging == "distro"
     assert not decision.change_held and not decision.remove_packages
-    assert "is kept on n1: it drives every GPU and serves CUDA 11.8; nothing changed" in decision.message
+    assert decision.hold == sorted(p["name"] for p in DEBIAN_535)
+    assert "is kept on n1: it drives every GPU and serves CUDA 11.8; its packages stay as they are, held" in (
+        decision.message
+    )
+
+
+def test_an_nvswitch_host_keeps_its_driver_only_beside_fabric_manager_at_its_exact_version():
+    hgx = {**plan(H100, driver="570", cuda=("12.4",)), "nvswitch": True}
+    r570 = [pkg("nvidia-headless-570-server", "570.195.03-0ubuntu0.22.04.1", UBUNTU)]
+    missing = decide(facts(*r570), hgx, "keep", "hgx1")
+    assert missing.action == "refuse"
+    assert (
+        "this NVSwitch host needs Fabric Manager 570.195.03 beside driver 570.195.03 and no Fabric Manager is "
+        "installed" in missing.message
+    )
+    other = decide(facts(*r570, pkg("nvidia-fabricmanager-570", "570.172.08-0ubuntu1", UBUNTU)), hgx, "keep")
+    assert other.action == "refuse" and "Fabric Manager 570.172.08 is installed" in other.message
+    assert decide(facts(*r570), hgx, "replace").action == "replace"
+    matched = [*r570, pkg("nvidia-fabricmanager-570", "570.195.03-0ubuntu1", UBUNTU)]
+    kept = decide(facts(*matched), hgx, "keep", "hgx1")
+    assert kept.action == "keep" and kept.hold == ["nvidia-fabricmanager-570", "nvidia-headless-570-server"]
+    # The same driver without NVSwitches needs no Fabric Manager.
+    assert decide(facts(*r570), {**hgx, "nvswitch": False}, "keep").action == "keep"
 
 
 def test_gpulab_s_own_driver_for_this_plan_is_checked_in_place():

@@ -3,7 +3,8 @@
 One root, one situation after the other, each played with the driver role alone (`--tags nvidia_driver`, the
 pre-flight always runs): a runfile install and a held older driver are refused before any change, naming what a
 replacement would remove; Debian's driver at an older version that still serves the plan, and the planned driver
-installed by hand, are kept with nothing changed and nothing downloaded. The replacement itself runs for real in
+installed by hand, are kept - nothing installed, removed or downloaded - and still managed: held, and out of
+unattended-upgrades' reach. The replacement itself runs for real in
 tests/test_roles_chroot.py (a runfile install replaced by Debian's driver, then a second run with changed=0).
 """
 
@@ -39,6 +40,19 @@ def play(inventory: Path):  # type: ignore[no-untyped-def]
     result = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *DRIVER_ONLY)
     print(f"play {time.monotonic() - started:.0f} s")
     return result
+
+
+UNATTENDED = "etc/apt/apt.conf.d/51gpulab-nvidia-driver"
+
+
+def selections(root: Path, *packages: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f=${Package} ${db:Status-Want}\n", *packages],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split() for line in out.splitlines())
 
 
 def purge(root: Path, *packages: str) -> None:
@@ -89,29 +103,36 @@ def test_a_driver_in_place_is_refused_or_kept_before_any_change(debian_root, tmp
     assert without_apt_caches(tree_state(root)) == before
     purge(root, *held)
 
-    # Debian's driver at an older version (R525 serves CUDA 11.8 on a P100): kept, nothing changed or downloaded.
+    # Debian's driver at an older version (R525 serves CUDA 11.8 on a P100): kept and still managed - its packages
+    # held, unattended-upgrades kept away - with nothing installed, removed or downloaded; a second run changes nothing.
     older = {"nvidia-driver": "525.147.05-7~deb12u1", "nvidia-kernel-dkms": "525.147.05-7~deb12u1"}
     driver_packages(root, tmp_path / "debs-525", older)
     before = without_apt_caches(tree_state(root))
     kept = play(inventory)
     assert kept.rc == 0, kept.explain()
-    assert kept.recap()["image"]["changed"] == 0, kept.changed_tasks()
     assert (
         "NVIDIA driver 525.147.05 (the distribution's packages) is kept on image: it drives every GPU and serves "
-        "CUDA 11.8; nothing changed (nvidia_driver_existing: replace installs 535 instead)."
+        "CUDA 11.8; its packages stay as they are, held (nvidia_driver_existing: replace installs 535 instead)."
     ) in said(kept)
     assert "TASK [nvidia_driver : Install the driver packages" not in kept.output
-    assert without_apt_caches(tree_state(root)) == before
+    assert selections(root, *older) == {p: "hold" for p in older}
+    blacklist = (root / UNATTENDED).read_text()
+    assert '"nvidia-";' in blacklist and '"libnvidia-";' in blacklist
+    assert "No nvidia-persistenced unit on image" in said(kept)  # the stand-in packages ship none
+    changed = {k for k, v in without_apt_caches(tree_state(root)).items() if before.get(k) != v}
+    assert all(k in (UNATTENDED, "etc/apt/apt.conf.d") or k.startswith("var/lib/dpkg") for k in changed), changed
+    again = play(inventory)
+    assert again.rc == 0 and again.recap()["image"]["changed"] == 0, again.changed_tasks()
     purge(root, *older)
+    (root / UNATTENDED).unlink()
 
     # The planned driver (the archive's own version) installed by hand: kept as it is, nothing pinned or held.
     version = candidate_version(root, "nvidia-driver")
     planned = {"nvidia-driver": version, "nvidia-kernel-dkms": version, "nvidia-smi": version}
     driver_packages(root, tmp_path / "debs-535", planned)
-    before = without_apt_caches(tree_state(root))
     kept = play(inventory)
     assert kept.rc == 0, kept.explain()
-    assert kept.recap()["image"]["changed"] == 0, kept.changed_tasks()
     assert f"NVIDIA driver {version.split('-')[0]} (the distribution's packages) is kept on image" in said(kept)
-    assert without_apt_caches(tree_state(root)) == before
-    assert not (root / "etc/apt/preferences.d/gpulab-nvidia-driver").exists()
+    assert selections(root, *planned) == {p: "hold" for p in planned}
+    assert (root / UNATTENDED).is_file()
+    assert not (root / "etc/apt/preferences.d/gpulab-nvidia-driver").exists()  # held, not pinned: not gpulab's

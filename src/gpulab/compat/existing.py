@@ -3,9 +3,11 @@
 The host's side is read by gpulab.provision.driver_facts (packages with their origin and hold, a runfile install,
 DKMS modules per kernel, the loaded module); the plan is the pre-flight's target stack. A driver that satisfies the
 plan (its branch drives every GPU, at each GPU's first driver or later, in the kernel-module flavour the GPUs need,
-and serves every planned CUDA) is kept untouched unless the operator asks for `replace`; one that does not is
-refused with what would be removed, package by package, unless `replace` is set. Held packages and downgrades are
-changed only under `replace`.
+and serves every planned CUDA) is kept unless the operator asks for `replace`; one that does not is refused with
+what would be removed, package by package, unless `replace` is set. Held packages and downgrades are changed only
+under `replace`. A kept driver is still managed (its packages held, out of unattended-upgrades' reach, persistence
+on); on an NVSwitch host it is kept only beside Fabric Manager at its exact version, without which its GPUs cannot
+run.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Decision:
     dkms: list[str] = field(default_factory=list)  # module/version entries to remove
     held: list[str] = field(default_factory=list)
     change_held: bool = False  # the install may change held packages and downgrade
+    hold: list[str] = field(default_factory=list)  # keep: the driver's packages, held where they are
 
     def as_fact(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class Decision:
             "dkms": self.dkms,
             "held": self.held,
             "change_held": self.change_held,
+            "hold": self.hold,
         }
 
 
@@ -136,6 +140,20 @@ def _shortfalls(version: str, flavour: str | None, target: dict[str, Any]) -> li
     return list(dict.fromkeys(why))
 
 
+_FABRIC_MANAGER = re.compile(r"^(nvidia-fabricmanager(-\d+)?|cuda-drivers-fabricmanager(-\d+)?)$")
+
+
+def _fabric_shortfall(version: str, facts: dict[str, Any], target: dict[str, Any]) -> list[str]:
+    """On an NVSwitch host the GPUs run only beside Fabric Manager at the driver's exact version."""
+    if not target.get("nvswitch"):
+        return []
+    found = sorted({_plain(p["version"]) for p in facts.get("packages", []) if _FABRIC_MANAGER.match(p["name"])})
+    if version in found:
+        return []
+    have = f"Fabric Manager {', '.join(found)} is installed" if found else "no Fabric Manager is installed"
+    return [f"this NVSwitch host needs Fabric Manager {version} beside driver {version} and {have}"]
+
+
 def _planned_in_place(version: str, packaging: str, target: dict[str, Any], managed: bool) -> bool:
     """gpulab put this driver here for this plan: re-applying the role converges it (and changes nothing)."""
     planned = str(target.get("driver") or "")
@@ -170,18 +188,19 @@ def decide(facts: dict[str, Any], target: dict[str, Any], mode: str, host: str =
             packaging=packaging,
             held=held,
         )
-    shortfalls = _shortfalls(version, flavour, target)
+    shortfalls = _shortfalls(version, flavour, target) + _fabric_shortfall(version, facts, target)
     what = f"NVIDIA driver {version} ({_packaging_words(packaging)}{', held: ' + ', '.join(held) if held else ''})"
     removal = [p["name"] for p in driver_packages]
     if not shortfalls and packaging != "mixed" and mode == "keep":
         return Decision(
             "keep",
             f"{what} is kept on {host}: it drives every GPU and serves CUDA "
-            f"{', '.join(target.get('cuda', [])) or '-'}; nothing changed (nvidia_driver_existing: replace "
-            f"installs {planned} instead).",
+            f"{', '.join(target.get('cuda', [])) or '-'}; its packages stay as they are, held "
+            f"(nvidia_driver_existing: replace installs {planned} instead).",
             installed_version=version,
             packaging=packaging,
             held=held,
+            hold=sorted(p["name"] for p in driver_packages),
         )
     gone = _removal_words(removal, runfile, dkms)
     if mode == "replace":
