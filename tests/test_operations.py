@@ -66,66 +66,13 @@ def test_a_dry_run_on_a_fresh_host_passes_and_changes_nothing(debian_root, tmp_p
     assert without_apt_caches(tree_state(debian_root)) == without_apt_caches(before)
 
 
+# The operator's own drain and resume (nvidia_driver_drain_tasks, nvidia_driver_resume_tasks), noted in the node's
+# event log beside the stand-ins' own lines.
 HOOK = """\
-- name: Record the {what} of {{{{ inventory_hostname }}}}
-  ansible.builtin.lineinfile:
-    path: {log}
-    line: "{what} {{{{ inventory_hostname }}}}"
-    create: true
-    mode: "0644"
-  delegate_to: localhost
+- name: The operator's {what} of {{{{ inventory_hostname }}}}
+  ansible.builtin.shell: echo "$(date +%s.%N) hook {what}" >> /var/log/gpulab-events.log
+  changed_when: true
 """
-
-
-@pytest.mark.slow
-def test_a_rolling_driver_upgrade_drains_one_node_at_a_time_and_resumes_it_once_verified(debian_root, tmp_path):
-    """Two nodes, -e gpulab_serial=1 and --tags nvidia_driver: each node is drained just before its driver
-    changes, one batch after the other; in a root no reboot can happen, so both stay drained; the next run (driver
-    in place, nothing pending) returns them to service and drains nothing."""
-    require_ansible()
-    sources = downloaded_debs(debian_root, ["nvidia-smi"])
-    version = control_of(sources["nvidia-smi"])["Version"]
-    (tmp_path / "work").mkdir()
-    (tmp_path / "debs").mkdir()
-    driver_deb = renamed(
-        sources["nvidia-smi"], tmp_path / "work", tmp_path / "debs", "cuda-drivers-535", version.split("-")[0] + "-1"
-    )
-    mirror = build_mirror(tmp_path / "mirror", [driver_deb])
-    log = tmp_path / "hooks.log"
-    for what in ("drain", "resume"):
-        (tmp_path / f"{what}.yml").write_text(HOOK.format(what=what, log=log))
-    with image.fresh_root(tmp_path / "root2") as root2, serve(mirror.served) as url:
-        hosts = {}
-        for name, root in (("node1", debian_root), ("node2", root2)):
-            hosts[name] = {
-                **host_vars(root, url, mirror),
-                "nvidia_driver_drain_tasks": str(tmp_path / "drain.yml"),
-                "nvidia_driver_resume_tasks": str(tmp_path / "resume.yml"),
-            }
-        inventory = chroot_inventory(tmp_path / "inventory", hosts)
-        args = ("--tags", "nvidia_driver", "-e", "gpulab_serial=1")
-        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *args)
-        assert first.rc == 0, first.explain()
-        assert log.read_text().splitlines() == ["drain node1", "drain node2"]
-        # One batch after the other: the driver install ran once per node, each time for that node alone.
-        installs = re.findall(
-            r"^TASK \[nvidia_driver : Install the driver packages.*?\n(?:.*\n)*?(changed|ok): \[(\w+)\]",
-            first.output,
-            re.MULTILINE,
-        )
-        assert installs == [("changed", "node1"), ("changed", "node2")], installs
-        assert set(_ROLE_TASK.findall(first.output)) <= {"gpulab_preflight", "nvidia_driver", "nvidia_cuda_repo"}
-        said = " ".join(first.output.split())
-        for name, root in (("node1", debian_root), ("node2", root2)):
-            assert f"{name} stays drained until it reboots into NVIDIA driver" in said
-            assert (root / "var/lib/gpulab/drained-for-driver").is_file()
-            assert not (root / "usr/local/cuda").exists()  # --tags nvidia_driver: the toolkit role did not run
-
-        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *args)
-        assert second.rc == 0, second.explain()
-        assert log.read_text().splitlines() == ["drain node1", "drain node2", "resume node1", "resume node2"]
-        for root in (debian_root, root2):
-            assert not (root / "var/lib/gpulab/drained-for-driver").exists()
 
 
 def _node_events(roots: dict[str, Path]) -> list[tuple[float, str, str]]:
@@ -144,12 +91,13 @@ def _run_window(log: list[tuple[float, str, str]], since: float) -> dict[str, li
 
 @pytest.mark.slow
 def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_node_is_refused(debian_root, tmp_path):
-    """Three working nodes, the default batches (one node, then two): node1 drained in Slurm, node2 in Kubernetes
-    (its GPU pod evicted, which empties its census), node3 in Slurm with NVIDIA's runfile. node3 first alone: a
-    process outside Slurm holds its GPUs, so it is refused with one line naming it and nothing is installed. Then the
-    roll: every node drained, its census taken, then its driver installed, one batch after the other - no node
-    changes while a node of another batch is mid-change. A second run (nothing pending) undoes each drain in the
-    same order."""
+    """Three working nodes, the default batches (one node, then two), the driver role alone (--tags nvidia_driver):
+    node1 drained in Slurm, node2 in Kubernetes (its GPU pod evicted, which empties its census), node3 by the
+    operator's own drain and resume tasks, with NVIDIA's runfile. node3 first alone: a process outside any drain holds
+    its GPUs, so it is refused with one line naming it and nothing is installed. Then the roll: every node drained,
+    its census taken, then its driver installed, one batch after the other - no node changes while a node of another
+    batch is mid-change; in a root no reboot can happen, so every node stays drained. A second run (driver in place,
+    nothing pending) returns each to service in the same order and drains nothing."""
     require_ansible()
     sources = downloaded_debs(debian_root, ["nvidia-smi"])
     version = control_of(sources["nvidia-smi"])["Version"].split("-")[0]
@@ -160,6 +108,8 @@ def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_nod
     )
     mirror = build_mirror(tmp_path / "mirror", [driver_deb])
     runfile, runfile_sha = drain_stand_ins.runfile_installer(tmp_path, version)
+    for what in ("drain", "resume"):
+        (tmp_path / f"{what}.yml").write_text(HOOK.format(what=what))
     with image.fresh_root(tmp_path / "root2") as root2, image.fresh_root(tmp_path / "root3") as root3:
         roots = {"node1": debian_root, "node2": root2, "node3": root3}
         drain_stand_ins.working_node(debian_root, slurm_jobs="4711 alice train RUNNING\n")
@@ -176,7 +126,8 @@ def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_nod
                 "node3": {
                     **host_vars(root3, url, mirror),
                     **common,
-                    "nvidia_driver_drain": "slurm",
+                    "nvidia_driver_drain_tasks": str(tmp_path / "drain.yml"),
+                    "nvidia_driver_resume_tasks": str(tmp_path / "resume.yml"),
                     "nvidia_driver_source": "runfile",
                     "nvidia_driver_runfile": str(runfile),
                     "nvidia_driver_runfile_sha256": runfile_sha,
@@ -194,11 +145,7 @@ def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_nod
                 "4, 5, 6, 7: 240.4 GiB, read from /usr/local/bin/nvidia-smi -q -x); it stays drained: stop that work "
                 "(the drain did not end it), or set nvidia_driver_allow_busy: true to change it anyway."
             ) in fatal
-            assert [w for _, w in drain_stand_ins.events(root3)] == [
-                f"scontrol update nodename=node3 state=drain reason=gpulab NVIDIA driver {version}",
-                "squeue --noheader --nodelist=node3 --format=%A %u %j %T",
-                "nvidia-smi -q -x",
-            ]
+            assert [w for _, w in drain_stand_ins.events(root3)] == ["hook drain", "nvidia-smi -q -x"]
             # The stray process ended.
             (root3 / drain_stand_ins.STATE / "census.xml").write_text(drain_stand_ins.IDLE.read_text())
 
@@ -216,10 +163,7 @@ def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_nod
                     "kubectl create --raw /api/v1/namespaces/ml/pods/train/eviction -f -",
                     "kubectl get pods --all-namespaces --field-selector=spec.nodeName=node2 --output=json",
                 ],
-                "node3": [
-                    "scontrol update nodename=node3 state=drain reason=gpulab NVIDIA driver " + version,
-                    "squeue --noheader --nodelist=node3 --format=%A %u %j %T",
-                ],
+                "node3": ["hook drain"],
             }
             for name, steps in drained.items():
                 # Drain first, then the census, then the driver: before the drain only the repository's own set-up
@@ -245,20 +189,18 @@ def test_a_fleet_rolls_in_batches_drained_by_slurm_and_kubernetes_and_a_busy_nod
             first = [t for t, name, _ in log if t > start and name == "node1"]
             second = [t for t, name, _ in log if t > start and name != "node1"]
             assert max(first) < min(second)
+            assert set(_ROLE_TASK.findall(roll.output)) <= {"gpulab_preflight", "nvidia_driver", "nvidia_cuda_repo"}
+            said = " ".join(roll.output.split())
+            for name, root in roots.items():
+                assert f"{name} stays drained until it reboots into NVIDIA driver" in said
+                assert (root / "var/lib/gpulab/drained-for-driver").is_file()
+                assert not (root / "usr/local/cuda").exists()  # --tags nvidia_driver: the toolkit role did not run
 
             start = log[-1][0]
             resumed = ansible_playbook("playbooks/gpu_nodes.yml", inventory, "--tags", "nvidia_driver")
             assert resumed.rc == 0, resumed.explain()
             after = [(name, what) for t, name, what in _node_events(roots) if t > start]
-            assert after == [
-                ("node1", "scontrol update nodename=node1 state=resume"),
-                *sorted(
-                    [("node2", "kubectl uncordon node2"), ("node3", "scontrol update nodename=node3 state=resume")]
-                ),
-            ] or after == [
-                ("node1", "scontrol update nodename=node1 state=resume"),
-                ("node3", "scontrol update nodename=node3 state=resume"),
-                ("node2", "kubectl uncordon node2"),
-            ], after
+            assert after[0] == ("node1", "scontrol update nodename=node1 state=resume"), after
+            assert sorted(after[1:]) == [("node2", "kubectl uncordon node2"), ("node3", "hook resume")], after
             for root in roots.values():
                 assert not (root / "var/lib/gpulab/drained-for-driver").exists()

@@ -321,6 +321,12 @@ def _add_resolve(msub: Any) -> None:
         + ", ".join(_VARS)
         + " and the *_source variables from; options override it",
     )
+    res.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="the fleet record a play over several nodes wrote (inventory/gpulab-fleet.txt): its driver branch, "
+        "as the pre-flight takes it, unless --driver",
+    )
     res.add_argument("--json", action="store_true", help="machine-readable output")
     res.set_defaults(func=cmd_resolve)
 
@@ -376,6 +382,13 @@ def _resolve_request(args: argparse.Namespace) -> resolve.Request:
         known = ", ".join(("auto", "none", *profile_names()))
         raise GpulabError(f"--profile {name!r} is not a profile; pass one of {known}, e.g. --profile auto")
     stack = dict(given.get("gpulab_stack") or {})
+    if args.fleet and "driver" not in stack:
+        from gpulab.compat import fleet_record
+
+        record = fleet_record.read(args.fleet)
+        if record is None:
+            raise GpulabError(f"--fleet {args.fleet}: no such file; pass the gpulab-fleet.txt a play wrote")
+        stack["driver"] = record.driver_branch
     for flag in ("driver", "cuda", "cudnn", "torch", "tensorflow", "python"):
         value = _option(f"--{flag}", getattr(args, flag))
         if value is not None:
