@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ import pytest
 # loaded 2-core machine took 31-38 s instead of 46-85 s. Set before any test imports torch; children inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import timings
 from guest.fixtures import (
     booted_guest,
     debian_root,
@@ -59,30 +61,26 @@ def _ansible_stays_out_of_the_test_process() -> Iterator[None]:
         pytest.fail("this test imported Ansible into the test process (sys.intern replaced): call it in a child")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="FILE",
+        help="write each test's seconds to FILE at the end (tests/timings.py: the lanes and the order come from it)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--record-durations")
+    if path and not hasattr(config, "workerinput"):  # the xdist controller sees every worker's reports
+        config.pluginmanager.register(timings.Recorder(Path(path)), "gpulab-durations")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects: the measured slow tests are marked first
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = shared_group(getattr(item, "fixturenames", ()))
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    # The slow tests first, the longest of them (measured) at the very front, each else in collection order: the
-    # workers take them while many short tests are left to even out the end, instead of one worker starting a
-    # quarter-hour root test when the other is nearly done.
-    items.sort(key=_run_order)
+    timings.arrange(items, timings.measured())
     if sys.intern is not INTERN:
         raise pytest.UsageError("a test module imports Ansible at its top (sys.intern replaced): import it in a child")
-
-
-LONGEST_FIRST = (  # the slowest files, longest first: the Debian 12 root with its kernel upgrade, the booted guest, ...
-    "test_roles_chroot.py",
-    "test_site_guest.py",
-    "test_container_toolkit.py",
-    "test_operations.py",  # two multi-node rolls in Debian roots
-    "test_apt_mirror.py",
-    "test_role_nvidia_driver.py",
-    "test_dcgm_role.py",
-)
-
-
-def _run_order(item: pytest.Item) -> tuple[bool, int]:
-    name = item.path.name
-    return item.get_closest_marker("slow") is None, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else 99
