@@ -78,6 +78,28 @@ def test_the_study_counter_counts_runs_saved_this_session(tmp_path):
         (tmp_path / name / "row.json").write_text("{}")
     (tmp_path / "d").mkdir()  # a run still going: its folder, no row yet
     assert count() == 2
+    # The packing probe's 4 runs were this session's too: the count goes on from them, so it reads 6 of the
+    # session's 252 planned runs (not 2 of the 248 left after the probe).
+    assert finished_counter(tmp_path, already=4)() == 4
+    assert finished_counter(tmp_path / "b", already=4)() == 4
+
+
+def test_the_dashboard_address_comes_from_the_scheduler_or_is_left_out():
+    from gpulab.studies.cluster import dashboard
+
+    class Client:
+        def __init__(self, info):
+            self.info = info
+
+        def scheduler_info(self):
+            if isinstance(self.info, Exception):
+                raise self.info
+            return self.info
+
+    served = {"address": "tcp://127.0.0.1:40321", "services": {"dashboard": 38787}}
+    assert dashboard(Client(served)) == "http://127.0.0.1:38787/status"
+    assert dashboard(Client({"address": "tcp://127.0.0.1:40321", "services": {}})) == ""  # no bokeh: no dashboard
+    assert dashboard(Client(OSError("scheduler gone"))) == ""
 
 
 def test_watching_reports_while_the_work_runs_and_at_the_end(tmp_path):

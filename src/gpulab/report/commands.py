@@ -210,7 +210,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        sys.stdout.write(compare_render.to_text(result))
+        sys.stdout.write(compare_render.to_text(result, compare_render.terminal_width()))
     for path, text in texts:
         print(f"wrote {atomic_write_text(path, text)}", file=sys.stderr if args.json else sys.stdout)
     return 1 if result.regressions else 0

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import sys
 from dataclasses import dataclass, field
 
 from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
@@ -145,7 +148,18 @@ def sections(c: Comparison) -> list[Section]:
     return out
 
 
-def to_text(c: Comparison, width: int = 160) -> str:
+WIDTH = 160  # into a pipe or a file (no terminal to fit)
+
+
+def terminal_width(default: int = WIDTH) -> int:
+    """The terminal's columns where stdout is one (COLUMNS, then the tty's size); `default` into a pipe or a file,
+    whose reader has no width: a log keeps the whole table."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        return default
+    return max(60, shutil.get_terminal_size((default, 24)).columns)
+
+
+def to_text(c: Comparison, width: int = WIDTH) -> str:
     """For the same machine kind the comparison table and verdict; for different machines the side-by-side
     sections."""
     if c.mode == "same":

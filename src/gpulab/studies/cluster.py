@@ -18,6 +18,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
@@ -129,6 +130,17 @@ def local_client(chosen: list[Slot]) -> Iterator[Any]:
         yield client
 
 
+def dashboard(client: Any) -> str:
+    """The address of the scheduler's Dask dashboard (its port is chosen at start), or '' where it has none."""
+    try:
+        info = client.scheduler_info()
+        port = info.get("services", {}).get("dashboard")
+        host = urlsplit(str(info.get("address", ""))).hostname
+    except Exception:  # a scheduler going away is the study's to report, not this line's
+        return ""
+    return f"http://{host}:{port}/status" if port and host else ""
+
+
 @contextlib.contextmanager
 def remote_client(address: str, timeout_s: float = 30.0) -> Iterator[Any]:
     """A Dask client on a running cluster; refused with the fix when it cannot be reached or has no workers."""
@@ -155,8 +167,6 @@ def reachable(address: str, what: str = "--scheduler") -> None:
     """A tcp://HOST:PORT address where a Dask scheduler answers, checked at once (Dask would retry for its timeout,
     and a worker would wait without end). `what` names the argument in the message: `--scheduler` of
     `study run`, or the ADDRESS of `study worker`."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     if what == "--scheduler":
         fix = "start one with `dask scheduler` there, or leave --scheduler out to run here"

@@ -20,8 +20,9 @@ POLL_S = 1.0
 Progress = Callable[[int, int], None]  # (finished, planned) of this session's runs
 
 
-def finished_counter(study_dir: Path, client: Any = None) -> Callable[[], int]:
-    """A function counting this session's finished runs (saved runs that were not there when it was made)."""
+def finished_counter(study_dir: Path, client: Any = None, already: int = 0) -> Callable[[], int]:
+    """A function counting this session's finished runs: `already` (runs it finished before, e.g. the packing
+    probe's) and the saved runs that were not there when it was made."""
     study_dir = Path(study_dir)
 
     def files() -> set[Path]:
@@ -34,7 +35,7 @@ def finished_counter(study_dir: Path, client: Any = None) -> Callable[[], int]:
         if client is not None:
             with contextlib.suppress(Exception):  # a cluster going down mid-poll is psweep's to report, not ours
                 done = max(done, sum(1 for where in client.who_has().values() if where))
-        return done
+        return already + done
 
     return count
 

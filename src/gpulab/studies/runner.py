@@ -220,6 +220,7 @@ def _run_owned(
             with watching(finished_counter(study_dir), len(todo), progress):
                 df = _psweep_run(todo, study_dir, df)
         else:
+            planned = len(todo)
             if chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
                 rows = [df]
 
@@ -233,7 +234,9 @@ def _run_owned(
                 df = rows[0]
             with _client(scheduler, chosen) as client, _sampling(chosen, session):
                 session.workers = cluster.worker_labels(client)
-                with watching(finished_counter(study_dir, client), len(todo), progress):
+                # One count for the session: the packing probe's runs are done, the rest go now.
+                counted = finished_counter(study_dir, client, already=planned - len(todo))
+                with watching(counted, planned, progress):
                     df = _psweep_run(todo, study_dir, df, dask_client=client)
     except KeyboardInterrupt:
         session.interrupted = True
@@ -259,6 +262,9 @@ def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterato
             yield client
         return
     with cluster.local_client(chosen or []) as client:
+        link = cluster.dashboard(client)
+        if link:
+            _say(f"Dask dashboard of this study: {link}")
         yield client
 
 
