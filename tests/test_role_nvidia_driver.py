@@ -52,6 +52,15 @@ linux-headers-amd64:
         500 http://deb.debian.org/debian bookworm/main amd64 Packages
         100 /var/lib/dpkg/status
 """
+# The image kernel's own headers, in the archive.
+KERNEL_HEADERS = """\
+linux-headers-6.1.0-50-amd64:
+  Installed: (none)
+  Candidate: 6.1.176-1
+  Version table:
+     6.1.176-1 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+"""
 # An Ubuntu 22.04 server on the HWE kernel, two kernels installed, one old meta package removed.
 UBUNTU_IMAGES = """\
 linux-image-6.8.0-40-generic 6.8.0-40.40~22.04.3 install ok installed
@@ -78,8 +87,11 @@ def ubuntu_policy(*names: str, none: tuple[str, ...] = ()) -> str:
 
 def test_debian_gets_the_headers_meta_package_of_its_kernel_flavour_at_the_kernel_s_version():
     assert kernel_flavours(DEBIAN_IMAGES) == ["amd64"]
-    assert kernel_companions(DEBIAN_IMAGES, ["6.1.0-50-amd64"]) == ["linux-headers-amd64"]
-    plan = kernel_packages(DEBIAN_IMAGES, DEBIAN_POLICY, ["6.1.0-50-amd64"])
+    assert kernel_companions(DEBIAN_IMAGES, ["6.1.0-50-amd64"]) == [
+        "linux-headers-amd64",
+        "linux-headers-6.1.0-50-amd64",
+    ]
+    plan = kernel_packages(DEBIAN_IMAGES, DEBIAN_POLICY + KERNEL_HEADERS, ["6.1.0-50-amd64"])
     # 6.1.176-1, not the candidate 6.1.192-2: that one would make apt upgrade linux-image-amd64 along with it.
     assert plan == {
         "flavours": ["amd64"],
@@ -87,8 +99,22 @@ def test_debian_gets_the_headers_meta_package_of_its_kernel_flavour_at_the_kerne
         "headers": ["linux-headers-amd64=6.1.176-1"],
         "modules": [],
         "modules_missing": [],
+        "headers_missing": [],
         "metas": ["linux-image-amd64", "linux-headers-amd64"],
     }
+
+
+def test_a_kernel_whose_headers_left_the_archive_is_named_before_the_driver_changes():
+    # 6.1.0-40's headers: known from an older index, no candidate now (the archive moved on to 6.1.0-50).
+    gone = "linux-headers-6.1.0-40-amd64:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n"
+    plan = kernel_packages(DEBIAN_IMAGES, DEBIAN_POLICY + KERNEL_HEADERS + gone, ["6.1.0-40-amd64", "6.1.0-50-amd64"])
+    assert plan["headers_missing"] == ["linux-headers-6.1.0-40-amd64"]
+    # apt-cache policy prints nothing for a name no index knows: missing as well.
+    assert kernel_packages(DEBIAN_IMAGES, DEBIAN_POLICY, ["6.1.0-50-amd64"])["headers_missing"] == [
+        "linux-headers-6.1.0-50-amd64"
+    ]
+    task = (REPO / "roles/nvidia_driver/tasks/family/Debian/kernel.yml").read_text()
+    assert "nvidia_driver_kernel_packages['headers_missing'] | length > 0" in task
 
 
 def test_the_headers_meta_package_is_named_alone_once_installed_or_when_the_archive_lost_the_version():
@@ -120,12 +146,14 @@ def test_ubuntu_prefers_prebuilt_modules_when_every_kernel_and_flavour_has_them(
     names = kernel_companions(UBUNTU_IMAGES, UBUNTU_KERNELS, PREFIX)
     assert names == [
         "linux-headers-generic-hwe-22.04",
+        "linux-headers-6.8.0-40-generic",
+        "linux-headers-6.8.0-45-generic",
         "linux-modules-nvidia-535-server-generic-hwe-22.04",
         "linux-modules-nvidia-535-server-6.8.0-40-generic",
         "linux-modules-nvidia-535-server-6.8.0-45-generic",
     ]
     plan = kernel_packages(UBUNTU_IMAGES, ubuntu_policy(*names), UBUNTU_KERNELS, PREFIX)
-    assert plan["modules"] == names[1:] and plan["modules_missing"] == []
+    assert plan["modules"] == names[3:] and plan["modules_missing"] == [] and plan["headers_missing"] == []
     # A kernel hold covers the flavour's packages, never one kernel's.
     assert plan["metas"] == [
         "linux-image-generic-hwe-22.04",
@@ -136,8 +164,8 @@ def test_ubuntu_prefers_prebuilt_modules_when_every_kernel_and_flavour_has_them(
 
 def test_ubuntu_falls_back_to_dkms_when_one_kernel_has_no_prebuilt_module():
     names = kernel_companions(UBUNTU_IMAGES, UBUNTU_KERNELS, PREFIX)
-    policy = ubuntu_policy(*names[:2], names[3], none=(names[2],))  # 6.8.0-40's package is known, not installable
-    assert apt_offered(policy) == [names[0], names[1], names[3]]
+    policy = ubuntu_policy(*names[:4], names[5], none=(names[4],))  # 6.8.0-40's module: known, not installable
+    assert apt_offered(policy) == [*names[:4], names[5]]
     plan = kernel_packages(UBUNTU_IMAGES, policy, UBUNTU_KERNELS, PREFIX)
     assert plan["modules"] == []
     assert plan["modules_missing"] == ["linux-modules-nvidia-535-server-6.8.0-40-generic"]

@@ -63,7 +63,8 @@ _value:
       C(linux-image-<flavour>) meta packages), C(headers) (the C(linux-headers-<flavour>) apt offers, as apt
       install arguments - C(=<version>) of the kernel meta package while not installed, when apt still has it),
       C(modules) (every prebuilt module package, or empty unless apt offers all of them), C(modules_missing)
-      (those it lacks), C(metas) (the meta packages a kernel hold covers - images, headers and the per-flavour
+      (those it lacks), C(headers_missing) (the target kernels' own C(linux-headers-<release>) apt cannot
+      install), C(metas) (the meta packages a kernel hold covers - images, headers and the per-flavour
       module packages).
   type: raw
 """
@@ -132,7 +133,11 @@ def _module_names(flavours: list[str], kernels: list[str], module_prefix: str) -
 
 def kernel_companions(dpkg_status: str, kernels: list[str], module_prefix: str = "") -> list[str]:
     flavours = kernel_flavours(dpkg_status)
-    return [f"linux-headers-{f}" for f in flavours] + _module_names(flavours, list(kernels), module_prefix)
+    return (
+        [f"linux-headers-{f}" for f in flavours]
+        + [f"linux-headers-{k}" for k in kernels]
+        + _module_names(flavours, list(kernels), module_prefix)
+    )
 
 
 def apt_offered(policy: str) -> list[str]:
@@ -166,6 +171,8 @@ def kernel_packages(dpkg_status: str, policy: str, kernels: list[str], module_pr
         "headers": [_headers_spec(f, images[f"linux-image-{f}"], known[f"linux-headers-{f}"]) for f in with_headers],
         "modules": modules,
         "modules_missing": missing,
+        # Each target kernel's own headers apt cannot install (the archive drops an old ABI's once a newer is out).
+        "headers_missing": [f"linux-headers-{k}" for k in kernels if f"linux-headers-{k}" not in offered],
         # What a kernel hold covers: the flavours' meta packages, never one kernel's packages.
         "metas": [f"linux-image-{f}" for f in flavours]
         + [f"linux-headers-{f}" for f in with_headers]
