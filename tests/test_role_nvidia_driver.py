@@ -312,6 +312,39 @@ def test_secure_boot_creates_the_key_before_checking_it_and_stops_naming_the_enr
     assert enrolled.rc == 0 and "state=enrolled pending=False" in enrolled.output, enrolled.explain()
     assert enrolled.recap()["image"]["changed"] == 0
 
+    # The organisation's own enrolled key from the controller, vault-encrypted: installed in place of the host's,
+    # decrypted, readable by root alone, never shown; a second run changes nothing.
+    org = tmp_path / "org"
+    org.mkdir()
+    # Made with the root's openssl (the role installed it), then taken to the controller's side.
+    in_chroot(root, "openssl", "req", "-new", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "30", "-subj",
+              "/CN=ACME module key", "-outform", "DER", "-keyout", "/tmp/org.key", "-out", "/tmp/org.der")  # fmt: skip
+    for name in ("key", "der"):
+        (root / f"tmp/org.{name}").rename(org / f"mok.{name}")
+    plain = (org / "mok.key").read_text()
+    (org / "vault-pass").write_text("gpulab test vault\n")
+    subprocess.run(
+        [sys.executable, "-m", "ansible.cli.vault", "encrypt", "--vault-password-file", str(org / "vault-pass"),
+         str(org / "mok.key")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert "ANSIBLE_VAULT" in (org / "mok.key").read_text()
+    keys = json.dumps(
+        {"nvidia_driver_mok_key_src": str(org / "mok.key"), "nvidia_driver_mok_certificate_src": str(org / "mok.der")}
+    )
+    vault = ("--vault-password-file", str(org / "vault-pass"))
+    own = ansible_playbook(play, inventory, "-e", keys, *vault)
+    assert own.rc == 0 and "state=enrolled" in own.output, own.explain()
+    assert (root / MOK_KEY.lstrip("/")).read_text() == plain and plain not in own.output
+    assert (root / MOK_KEY.lstrip("/")).stat().st_mode & 0o777 == 0o600
+    assert (root / MOK_PUB.lstrip("/")).read_bytes() == (org / "mok.der").read_bytes()
+    assert ansible_playbook(play, inventory, "-e", keys, *vault).recap()["image"]["changed"] == 0
+    half = ("-e", json.dumps({"nvidia_driver_mok_key_src": str(org / "mok.key")}))
+    refused = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY, *secure_boot_on, *half, *vault)
+    assert refused.rc == 2 and "nvidia_driver_mok_key_src and nvidia_driver_mok_certificate_src go together" in (
+        failure(refused.output)
+    )
+
     # Asking for the import without a password is refused by the input checks.
     import_on = ("-e", json.dumps({"nvidia_driver_mok_import": True}))
     no_password = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY, *secure_boot_on, *import_on)
