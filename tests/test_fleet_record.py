@@ -1,6 +1,5 @@
-"""The fleet's driver branch written down beside the inventory (gpulab.compat.fleet_record), read back by the
-pre-flight's next run and by `gpulab matrix resolve --fleet`; the play that writes it runs in
-tests/test_operations.py."""
+"""The fleet's driver branch written down beside the inventory (gpulab.compat.fleet_record) by the pre-flight of a
+play over two GPU nodes, read back by a later `--limit` run and by `gpulab matrix resolve --fleet`."""
 
 from __future__ import annotations
 
@@ -14,6 +13,16 @@ import pytest
 from gpulab.compat import fleet_record
 from gpulab.compat.fleet_record import FleetRecord
 from gpulab.errors import GpulabError
+from playbook import ansible_playbook
+from provision.inventory import require_ansible
+
+P100 = "10de:15f8"
+PREFLIGHT = """\
+- name: The pre-flight alone (it reads the hosts and changes nothing on them)
+  hosts: gpu_nodes
+  gather_facts: false
+  roles: [gpulab_preflight]
+"""
 
 
 def test_the_written_record_reads_back() -> None:
@@ -65,3 +74,42 @@ def test_matrix_resolve_takes_the_fleet_s_branch_unless_driver_is_given(tmp_path
     assert driver("--fleet", str(path), "--driver", "580").startswith("580")
     gone = subprocess.run([*base, "--fleet", str(tmp_path / "none.txt")], capture_output=True, text=True, timeout=120)
     assert gone.returncode == 2 and "no such file; pass the gpulab-fleet.txt a play wrote" in gone.stderr
+
+
+@pytest.mark.slow
+def test_a_play_over_two_nodes_writes_the_branch_and_a_later_limit_run_takes_it(tmp_path: Path) -> None:
+    """Two nodes (this machine twice, a P100 assumed, the default sources): the pre-flight of the play over both
+    chooses one branch and writes it beside the inventory; a later run of one node reads it back and says so."""
+    require_ansible()
+    (tmp_path / "inventory").mkdir()
+    inventory = tmp_path / "inventory" / "hosts.yml"
+    node = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpulab_preflight_gpu_pci_ids": [P100],
+    }
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {"hosts": {"node1": node, "node2": node}}}}}))
+    play = tmp_path / "preflight.yml"
+    play.write_text(PREFLIGHT)
+    record = tmp_path / "inventory" / fleet_record.FILE_NAME
+
+    first = ansible_playbook(play, inventory)
+    assert first.rc == 0, first.explain()
+    assert first.recap()["node1"]["changed"] == 0  # a record on the controller; no host changed
+    written = fleet_record.read(record)
+    assert written is not None and written.hosts == ("node1", "node2")
+    branch = written.driver_branch
+    assert f"profile auto: driver={branch}." in " ".join(first.output.split())  # the branch the plan took
+
+    later = ansible_playbook(play, inventory, "--limit", "node2")
+    assert later.rc == 0, later.explain()
+    said = " ".join(later.output.split()).replace("''", "'")  # the YAML callback's quoting undone
+    assert f"The fleet's driver branch is R{branch}, written down in {record} on {written.chosen}" in said, said
+    assert fleet_record.read(record) == written  # read, not written again
+
+    # The operator's decision: a branch set by hand is the fleet's from then on.
+    other = "535" if branch != "535" else "580"
+    record.write_text(record.read_text().replace(f'driver_branch: "{branch}"', f'driver_branch: "{other}"'))
+    moved = ansible_playbook(play, inventory, "--limit", "node1")
+    said = " ".join(moved.output.split()).replace("''", "'")
+    assert f"The fleet's driver branch is R{other}" in said and f"today R{branch} would be chosen" in said, said
