@@ -26,12 +26,13 @@ class Item:
         self.marks.append(mark.name)
 
 
-def test_measured_slow_tests_join_the_full_lane_and_the_longest_go_first() -> None:
-    items = [Item("a"), Item("b", slow=True), Item("c"), Item("d"), Item("e")]
-    seconds = {"a": 0.2, "c": 40.0, "d": 3.0, "e": 2.9}
+def test_measured_slow_tests_join_the_full_lane_and_the_heaviest_files_go_first_in_their_own_order() -> None:
+    items = [Item("f::a"), Item("f::b", slow=True), Item("g::c"), Item("g::d"), Item("h::e"), Item("f::z")]
+    seconds = {"f::a": 0.2, "f::b": 1.0, "g::c": 40.0, "g::d": 3.0, "h::e": 2.9, "f::z": 5.0}
     timings.arrange(items, seconds)  # type: ignore[arg-type]
-    assert [i.nodeid for i in items] == ["c", "d", "b", "e", "a"]
-    assert {i.nodeid for i in items if i.get_closest_marker("slow")} == {"b", "c", "d"}
+    # g (43 s of slow tests) before f (6 s), each file's slow tests in collection order; then the quick ones.
+    assert [i.nodeid for i in items] == ["g::c", "g::d", "f::b", "f::z", "f::a", "h::e"]
+    assert {i.nodeid for i in items if i.get_closest_marker("slow")} == {"f::b", "g::c", "g::d", "f::z"}
 
 
 def test_the_recorder_adds_each_tests_phases_and_writes_the_file_whole(tmp_path: Path) -> None:

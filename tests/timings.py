@@ -3,8 +3,9 @@
 `tests/durations.json` holds the seconds each test took (setup, call and teardown together; module fixtures count
 toward the first test that uses them) in a full run on two idle cores, for every test of a second or more. A test of
 FAST_LIMIT_S or more is in the full lane only (marked `slow`, as whole modules of trainings and root tests are by
-hand), and the slow tests go first, longest first: the two workers then finish together instead of one starting a
-quarter-hour root test when the other is nearly done. Refresh the file after a change of the suite's weight:
+hand), and the slow tests go first, the heaviest files first (each file's tests in their own order): the two
+workers then finish together instead of one starting a quarter-hour root test when the other is nearly done.
+Refresh the file after a change of the suite's weight:
 
     ./bootstrap.sh test --record-durations tests/durations.json
 """
@@ -30,11 +31,22 @@ def measured(path: Path = DURATIONS) -> dict[str, float]:
 
 
 def arrange(items: list[pytest.Item], seconds: dict[str, float]) -> None:
-    """Mark the measured slow tests, then order: slow before quick, each longest first (ties in collection order)."""
+    """Mark the measured slow tests, then order: slow before quick, the files with the most slow seconds first; the
+    tests of a file keep their collection order (module fixtures and tests written in sequence rely on it)."""
     for item in items:
         if seconds.get(item.nodeid, 0.0) >= FAST_LIMIT_S and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -seconds.get(item.nodeid, 0.0)))
+    weight: dict[str, float] = {}
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            path = item.nodeid.split("::", 1)[0]
+            weight[path] = weight.get(path, 0.0) + seconds.get(item.nodeid, 0.0)
+
+    def key(item: pytest.Item) -> tuple[bool, float]:
+        slow = item.get_closest_marker("slow") is not None
+        return not slow, -weight.get(item.nodeid.split("::", 1)[0], 0.0) if slow else 0.0
+
+    items.sort(key=key)
 
 
 class Recorder:
