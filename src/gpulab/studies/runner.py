@@ -262,7 +262,8 @@ def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterato
             yield client
         return
     with cluster.local_client(chosen or []) as client:
-        link = cluster.dashboard(client)
+        # For a person at a terminal, as the progress line is: logs and pipes keep the study's own lines.
+        link = cluster.dashboard(client) if sys.stderr.isatty() else ""
         if link:
             _say(f"Dask dashboard of this study: {link}")
         yield client
