@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -153,8 +152,8 @@ WIDTH = 160  # into a pipe or a file (no terminal to fit)
 
 def terminal_width(default: int = WIDTH) -> int:
     """The terminal's columns where stdout is one (COLUMNS, then the tty's size); `default` into a pipe or a file,
-    whose reader has no width: a log keeps the whole table."""
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    whose reader has no width (a log keeps the whole table), whatever COLUMNS says there."""
+    if not sys.stdout.isatty():
         return default
     return max(60, shutil.get_terminal_size((default, 24)).columns)
 
