@@ -47,6 +47,18 @@ def shared_group(fixturenames: tuple[str, ...] | list[str]) -> str | None:
     return next((group for group, fixtures in SHARED_BY if set(fixtures) & set(fixturenames)), None)
 
 
+def module_fixture_group(item: pytest.Item) -> str | None:
+    """The worker group of a test that uses a module- or class-scoped fixture of the tests (one group per fixture):
+    xdist's workers would each make it, and such fixtures are made once because they are dear (five TensorFlow
+    trainings, 3 minutes: made on both workers, 3 minutes of one wasted)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope in ("module", "class") and defs[-1].baseid.startswith("tests/"):
+            return f"{defs[-1].baseid}::{name}"
+    return None
+
+
 INTERN = sys.intern
 
 
@@ -78,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects: the measured slow tests are marked first
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        group = shared_group(getattr(item, "fixturenames", ()))
+        group = shared_group(getattr(item, "fixturenames", ())) or module_fixture_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     timings.arrange(items, timings.measured())

@@ -17,7 +17,7 @@ from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.cuda_visible import visible_to_cuda
 from gpulab.hw.discover import fingerprint
-from gpulab.report import views
+from gpulab.report import contention, views
 from gpulab.report.io import load_report
 from gpulab.validation.plugin import EXIT_INCONCLUSIVE
 from gpulab.validation.session import select_gpus
@@ -222,20 +222,38 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):
     assert reports == []
 
 
+def _steady(report: dict) -> bool:
+    """Whether a report's own CPU calibration held within 5 % from its start to its end."""
+    return all(
+        contention.slowdown(entry) is None or contention.slowdown(entry)[0] < 1.05 for entry in report["host_load"]
+    )
+
+
 def test_baseline_regression_fails_the_run(tmp_path):
-    base_dir, new_dir = tmp_path / "a", tmp_path / "b"
-    base_dir.mkdir(), new_dir.mkdir()
     # A quiet host as its load figures tell (this one may be shared now): host rows that fell are then regressions.
     quiet = {**os.environ, "GPULAB_PROC": str(quiet_proc(tmp_path / "proc"))}
+    base_dir = tmp_path / "a"
+    base_dir.mkdir()
     _, reports = run_validate(base_dir, "-k", "cpu_memory_copy", env=quiet)
     data = json.loads(reports[0].read_text())
     for row in data["results"]:
         row["value"] *= 100  # a baseline far faster than this machine: the new run must regress against it
+    for entry in data["host_load"]:  # ... from a steady host (this one's calibration may have moved under others)
+        entry["calibration_end"] = entry["calibration_start"]
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(data))
-    proc, reports = run_validate(new_dir, "-k", "cpu_memory_copy", "--baseline", str(fast), env=quiet)
-    assert proc.returncode == 1, proc.stdout
-    assert "regression" in proc.stdout.lower()
+    # The new run's own calibration is this machine's, shared now perhaps: a run whose CPUs slowed under it excuses
+    # its host rows (a verdict that repeats). Up to three tries for a steady one; if none was, the excuse is checked.
+    for attempt in range(3):
+        new_dir = tmp_path / f"b{attempt}"
+        new_dir.mkdir()
+        proc, reports = run_validate(new_dir, "-k", "cpu_memory_copy", "--baseline", str(fast), env=quiet)
+        if _steady(json.loads(reports[0].read_text())):
+            assert proc.returncode == 1, proc.stdout
+            assert "regression" in proc.stdout.lower()
+            return
+    assert proc.returncode == 0, proc.stdout
+    assert "host unsteady, not a regression" in proc.stdout
 
 
 # Ctrl-C is sent to a suite started as a non-interactive shell's background job (`pytest validate/ &`: SIGINT

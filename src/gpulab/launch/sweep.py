@@ -61,10 +61,16 @@ class _PoolForks:
     """Alive while psweep's pool runs the sweep: its forked workers set their stop signals (below)."""
 
 
+def _stopping(signum: int, frame: Any) -> None:
+    """A stop that came after the first: nothing more to do."""
+
+
 def _quiet_stop(signum: int, frame: Any) -> None:
     # Once: the pool's SIGTERM after a Ctrl-C must not cut short the wait for the killed run (a zombie, a warning).
+    # A handler that does nothing, not SIG_IGN: a SIGTERM already caught beside this SIGINT is then handled, where
+    # with SIG_IGN the interpreter reports it on stderr as "Signal 15 ignored due to race condition".
     for other in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(other, signal.SIG_IGN)
+        signal.signal(other, _stopping)
     raise SystemExit(128 + signum)  # out of subprocess.run (which kills the run it waits on), then a quiet exit
 
 
