@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gpulab.hw.model import (
+from gpulab.records import (
+    Check,
     CpuInfo,
     EccErrors,
     Fingerprint,
@@ -19,9 +20,14 @@ from gpulab.hw.model import (
     NumaNode,
     NvLinkInfo,
     PcieLink,
+    Report,
+    Result,
+    Scaling,
     SoftwareInfo,
+    Speedup,
+    TelemetrySummary,
+    Threshold,
 )
-from gpulab.report.model import Check, Report, Result, Scaling, Speedup, TelemetrySummary, Threshold
 
 
 def full_fingerprint(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Fingerprint:

@@ -17,9 +17,8 @@ import pytest
 from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.hw.model import Fingerprint
+from gpulab.records import Check, Fingerprint, Report
 from gpulab.report import views
-from gpulab.report.model import Check, Report
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 SCHEMA = Path(__file__).parents[1] / "src" / "gpulab" / "report" / "schema.json"

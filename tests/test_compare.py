@@ -11,12 +11,12 @@ import pytest
 
 from gpulab.cli import report_baselines
 from gpulab.errors import GpulabError
+from gpulab.records import Result
 from gpulab.report import commands
 from gpulab.report.compare import compare, parse_threshold
 from gpulab.report.compare_fingerprint import fingerprint_notes
 from gpulab.report.compare_render import to_text
 from gpulab.report.io import write_report
-from gpulab.report.model import Result
 from report_builders import sample_report, scaled
 
 

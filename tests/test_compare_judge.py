@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpulab.cli import main
+from gpulab.records import Report
 from gpulab.report.compare import compare
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report
 
 H100 = Path(__file__).parent / "fixtures" / "reports" / "h100x1-standard.json"
 PROBE_CHANGES = {  # the seven GPU probes' changes, as measured

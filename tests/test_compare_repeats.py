@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gpulab.cli import main
+from gpulab.records import Report, Result
 from gpulab.report.append import append_results
 from gpulab.report.compare import compare
 from gpulab.report.compare_render import to_text
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report, Result
 from report_builders import sample_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reports" / "h200x4-standard.json"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.records import Report
 from gpulab.report import contention
 from gpulab.report.contention import calibrate, contended, figures, pressure_pct, read_pressure, report_contention
 from gpulab.report.hostload import LoadWatch
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report
 from gpulab.validation.session import Lab, Options
 from report_builders import full_fingerprint, quiet_proc
 

@@ -275,8 +275,8 @@ def test_the_suite_runs_the_check_only_with_a_gpu(tmp_path):
 
 
 def test_the_check_goes_into_a_valid_report(tmp_path):
+    from gpulab.records import Report
     from gpulab.report.io import load_report, write_report
-    from gpulab.report.model import Report
     from report_builders import full_fingerprint
 
     check = dcgm.judge(dcgm.parse(NVVS_FAIL.read_text()), ["dcgmi", "diag", "-r", "3", "-j"], 3, 226)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from gpulab.records import Check
 from gpulab.report.contention import contended, report_contention
 from gpulab.report.io import load_report
-from gpulab.report.model import Check
 from gpulab.validation import remeasure
 
 HERE = Path(__file__).resolve().parent

@@ -11,10 +11,10 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.report.io import load_report
 from gpulab.training import EpochSpec, train_epochs
 from gpulab.training.metrics import accuracy, mean_auc, roc_auc
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.data import ClassFolder, write_class_folder
 
 pytestmark = pytest.mark.slow  # trainings and commands in child processes: the full lane only
@@ -261,7 +261,7 @@ def test_timed_runs_take_the_optimizer_digits_and_class_folders(tmp_path):
 
 
 def test_epoch_rows_are_their_own_series():
-    from gpulab.report.model import Result
+    from gpulab.records import Result
     from gpulab.report.scaling import speedups
 
     def row(launcher, n, value, mode=None):

@@ -380,8 +380,8 @@ def test_chexnet_starts_from_fetched_densenet121_weights(server: Files, tmp_path
     file has, half precision to stay small) loads into CheXNet's model, all but its 14-finding classifier."""
     import re
 
+    from gpulab.records import RunConfig
     from gpulab.workloads import chexnet
-    from gpulab.workloads.base import RunConfig
     from gpulab.workloads.tv import import_torchvision
 
     imagenet = import_torchvision().models.densenet121(weights=None)

@@ -10,7 +10,7 @@ from capture_edits import H200_XML, P100_XML, all_na, with_versions, write
 from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.hw.model import EccErrors, FrameworkInfo, MemoryRetirement, PcieLink
+from gpulab.records import EccErrors, FrameworkInfo, MemoryRetirement, PcieLink
 
 FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
 

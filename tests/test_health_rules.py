@@ -14,9 +14,8 @@ from gpulab import compat
 from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.hw.model import EccErrors, Fingerprint, GpuInfo, MigDevice, PcieLink
 from gpulab.hw.smi_xml import parse_capture_text
-from gpulab.report.model import Check
+from gpulab.records import Check, EccErrors, Fingerprint, GpuInfo, MigDevice, PcieLink
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 T4 = CAPTURES / "t4-passthrough.xml"

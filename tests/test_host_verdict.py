@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 from gpulab.cli import main
+from gpulab.records import Report
 from gpulab.report import views
 from gpulab.report.compare import compare
 from gpulab.report.io import load_report, write_report
 from gpulab.report.markdown import to_markdown
-from gpulab.report.model import Report
 from gpulab.report.render import to_html
 from report_builders import sample_report
 

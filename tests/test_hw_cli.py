@@ -18,8 +18,8 @@ from gpulab.hw import discover
 from gpulab.hw.commands import add_commands
 from gpulab.hw.discover import fingerprint
 from gpulab.hw.host import host_info
-from gpulab.hw.model import Fingerprint
 from gpulab.hw.render import render
+from gpulab.records import Fingerprint
 
 FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
 XML = FIX / "nvidia-smi-q-x.xml"

@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpulab",),
     ("errors",),
     ("paths", "names", "interrupts", "progress_line"),
+    ("records",),
     ("compat",),
     ("hw",),
     ("report",),
@@ -52,7 +53,7 @@ MODULES = _modules()
 
 
 def _owner(name: str) -> str:
-    """The module an imported dotted name lives in (`gpulab.report.model.Result` -> `gpulab.report.model`)."""
+    """The module an imported dotted name lives in (`gpulab.report.judge.judge` -> `gpulab.report.judge`)."""
     while name not in MODULES:
         name = name.rpartition(".")[0]
     return name
@@ -156,9 +157,10 @@ def test_no_package_imports_one_above_it():
 @pytest.mark.parametrize(
     ("source", "edges"),
     [
-        ("import gpulab.report.model\n", {"gpulab.report.model"}),
-        ("from gpulab.report import model, render\n", {"gpulab.report.model", "gpulab.report.render"}),
-        ("from gpulab.report.model import Result\n", {"gpulab.report.model"}),
+        ("import gpulab.report.judge\n", {"gpulab.report.judge"}),
+        ("from gpulab.report import judge, render\n", {"gpulab.report.judge", "gpulab.report.render"}),
+        ("from gpulab.report.judge import side\n", {"gpulab.report.judge"}),
+        ("from gpulab.records import Result\n", {"gpulab.records"}),
         ("def f():\n    from gpulab.hw import nvml\n", {"gpulab.hw.nvml"}),
         ("from gpulab.names import precision\n", {"gpulab.names"}),
         ("from . import io\n", {"gpulab.report.io"}),

@@ -13,9 +13,8 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
 from gpulab.launch.common import check_config, resolve_builder
+from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import jsonable, report_json
-from gpulab.report.model import Report, Result
-from gpulab.workloads.base import RunConfig
 from test_launch_stub import BUILDER, stub_data, stub_model
 
 torch = pytest.importorskip("torch")

@@ -18,7 +18,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
 from gpulab.launch.spec import Launch, WorkerMessage
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 
 HERE = Path(__file__).parent
 LAUNCH = Path(__file__).parents[1] / "src" / "gpulab" / "launch"

@@ -12,8 +12,8 @@ import pytest
 from gpulab.cli import main
 from gpulab.errors import GpulabError
 from gpulab.launch.commands import append_results, parse_params
+from gpulab.records import Report, Result, Scaling
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report, Result, Scaling
 from test_launch_stub import BUILDER
 
 torch = pytest.importorskip("torch")

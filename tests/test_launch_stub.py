@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 
 torch = pytest.importorskip("torch")
 

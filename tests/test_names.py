@@ -95,8 +95,8 @@ def test_product_classes_are_named_once():
 
 @pytest.mark.parametrize(("field", "value"), [("precision", "fp8"), ("launcher", "horovod"), ("framework", "Torch!")])
 def test_a_result_with_an_unknown_name_is_refused(field, value):
+    from gpulab.records import Report, Result
     from gpulab.report.io import report_from_data
-    from gpulab.report.model import Report, Result
     from report_builders import minimal_fingerprint
 
     good = Report(fingerprint=minimal_fingerprint().to_dict(), tier="standard")

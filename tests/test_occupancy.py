@@ -13,7 +13,7 @@ import pytest
 from capture_edits import H200_XML, P100_XML, write
 from gpulab.checks import occupancy
 from gpulab.hw.discover import fingerprint
-from gpulab.hw.model import GpuInfo
+from gpulab.records import GpuInfo
 
 GIB = 1024**3
 MIB = 1024**2

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from capture_edits import H200_XML, P100_XML
+from gpulab.records import Report
 from gpulab.report.io import load_report
-from gpulab.report.model import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 

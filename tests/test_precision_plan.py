@@ -91,7 +91,7 @@ def test_a_gpu_known_only_by_its_compute_capability():
 def test_fp16_training_with_loss_scaling_converges_on_the_cpu():
     pytest.importorskip("torch")
     from gpulab.launch import run_cpu
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import RunConfig
 
     result = run_cpu(RunConfig("mnist", precision="fp16", size="tiny", steps=30, warmup=2), threads=1)
     params = result.params
@@ -100,7 +100,7 @@ def test_fp16_training_with_loss_scaling_converges_on_the_cpu():
 
 
 def test_tensorflow_refuses_fp16():
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import RunConfig
     from gpulab.workloads.tf.common import TF_PRECISIONS, tf_precision
 
     assert TF_PRECISIONS == ("fp32", "tf32", "bf16")

@@ -10,7 +10,7 @@ from gpulab import compat
 from gpulab.hw.discover import fingerprint
 from gpulab.probes import judge, torch_probes
 from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
-from gpulab.report.model import Result
+from gpulab.records import Result
 
 torch = pytest.importorskip("torch")
 FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
@@ -161,7 +161,7 @@ def test_nccl_tests_wrong_results_and_foreign_json():
 
 def test_a_probes_likely_causes_never_name_a_cause_whose_checks_passed():
     from gpulab.probes import judge
-    from gpulab.report.model import Check
+    from gpulab.records import Check
 
     checks = [
         Check("health.pcie_link[0]", "pass", "gen5 x16"),

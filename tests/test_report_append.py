@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.records import Result
 from gpulab.report.append import append_results, lock_path
 from gpulab.report.io import ReportError, load_report, write_report
-from gpulab.report.model import Result
 from report_builders import sample_report
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from gpulab.report.append import append_results
-    from gpulab.report.model import Result
+    from gpulab.records import Result
 
     report, go, i = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     while not go.exists():

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.records import Check, Report
 from gpulab.report.io import ReportError, atomic_write_text, default_report_path, load_report, write_report
-from gpulab.report.model import Check, Report
 from report_builders import minimal_fingerprint, sample_report
 
 

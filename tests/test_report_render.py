@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from gpulab.records import Check, Report
 from gpulab.report.io import write_report
-from gpulab.report.model import Check, Report
 from gpulab.report.plots import plot_scaling, plot_speedups
 from gpulab.report.render import to_html, to_markdown, write_rendered
 from gpulab.report.timeline import gpu_timelines

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.records import Check, Report, Result
 from gpulab.report.io import load_report
-from gpulab.report.model import Check, Report, Result
 from gpulab.report.render import to_html, to_markdown
 from gpulab.report.svg import load_chart
 from gpulab.report.views import verdict, verdict_text

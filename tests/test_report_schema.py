@@ -7,8 +7,8 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
+from gpulab.records import Report
 from gpulab.report.io import load_schema, schema_errors
-from gpulab.report.model import Report
 from report_builders import full_fingerprint, minimal_fingerprint, sample_report
 
 
@@ -34,7 +34,7 @@ def test_minimal_fingerprint_without_gpus_validates():
 
 
 def test_every_fingerprint_field_is_described():
-    """Each key `to_dict` writes is a declared property, so the schema keeps up with hw/model.py."""
+    """Each key `to_dict` writes is a declared property, so the schema keeps up with records/machine.py."""
     schema = load_schema()
     defs = schema["$defs"]
     fp = full_fingerprint().to_dict()

@@ -8,7 +8,7 @@ import pytest
 
 from gpulab.launch import progress
 from gpulab.launch.advice import gpu_busy_advice
-from gpulab.report.model import Result, TelemetrySummary
+from gpulab.records import Result, TelemetrySummary
 
 
 class CountingSession:
@@ -68,7 +68,7 @@ def test_a_starved_gpu_is_explained():
 def test_a_run_records_its_loader_workers_and_learning(tmp_path):
     pytest.importorskip("torch")
     from gpulab.launch import run_cpu
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import RunConfig
 
     synthetic = run_cpu(RunConfig("mnist", size="tiny", steps=20, warmup=1), threads=1)
     assert synthetic.params["num_workers"] is None  # no loader without real data

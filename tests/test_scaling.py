@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.report.model import Result
+from gpulab.records import Result
 from gpulab.report.scaling import scaling, speedups
 
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.records import Check, Result, RunConfig, TelemetrySummary, Threshold
 from gpulab.report import spread
-from gpulab.report.model import Check, Result, TelemetrySummary, Threshold
 from gpulab.validation import remeasure, verdicts
 from gpulab.validation.session import Lab, Options
-from gpulab.workloads.base import RunConfig
 
 TESTS = Path(__file__).parent
 FLOOR = Threshold("scaling.ddp.min_efficiency", 0.9, "fraction", "test floor")

@@ -6,9 +6,9 @@ import markupsafe
 import pytest
 
 from gpulab.cli import main
+from gpulab.records import Report, Result
 from gpulab.report.formatting import stand_ins_summary as summary
 from gpulab.report.io import load_report
-from gpulab.report.model import Report, Result
 from gpulab.report.render import to_html, to_markdown
 from gpulab.workloads.stand_ins import stand_ins
 

@@ -207,7 +207,7 @@ def _whole_machine_pset(**extra):
 
 def test_a_gpulab_run_child_gets_the_studys_loader_workers_and_its_gpus_precision_plan(monkeypatch, tmp_path):
     from gpulab.hw import nvml
-    from gpulab.hw.model import GpuInfo
+    from gpulab.records import GpuInfo
     from gpulab.studies import task
 
     # No GPU: `precision: plan` is fp32, said on the command line.

@@ -14,10 +14,10 @@ import yaml
 
 from gpulab.cli import main
 from gpulab.names import RUN_REPORT_TIER
+from gpulab.records import Report
 from gpulab.report.append import merge_results
 from gpulab.report.compare import compare
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report
 from gpulab.studies import baselines
 from gpulab.studies.commands import shipped
 from gpulab.studies.results import study_results

@@ -19,10 +19,10 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("psweep")
 
 from gpulab import names  # noqa: E402
+from gpulab.records import Report  # noqa: E402
 from gpulab.report.append import this_host  # noqa: E402
 from gpulab.report.database import merge_database, read_database, save_row, write_database  # noqa: E402
 from gpulab.report.io import write_report  # noqa: E402
-from gpulab.report.model import Report  # noqa: E402
 from gpulab.studies.lock import LOCK_FILE, owning  # noqa: E402
 from gpulab.studies.runner import study_record  # noqa: E402
 from gpulab.studies.spec import load_study  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
-from gpulab.hw.model import GpuInfo
+from gpulab.records import GpuInfo
 from gpulab.studies import cluster, packing, task
 from gpulab.studies.packing import Probe, size
 from gpulab.studies.spec import study_from_dict

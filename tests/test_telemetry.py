@@ -10,8 +10,8 @@ import pytest
 
 from gpulab import telemetry
 from gpulab.hw import nvml
+from gpulab.records import Report, Result
 from gpulab.report.io import report_json
-from gpulab.report.model import Report, Result
 from gpulab.telemetry import Sampler, nvml_indices_for_uuids
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.report.model import Result
+from gpulab.records import Result, RunConfig
 from gpulab.workloads import data
-from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
 
@@ -97,8 +96,8 @@ def test_workload_errors_come_back_from_the_child() -> None:
 def test_tf_and_torch_rows_in_one_report(cpu_rows: dict[str, Result], tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="torch is not installed: no torch row to compare with")
     from gpulab.launch import run_cpu
+    from gpulab.records import Report
     from gpulab.report.io import load_report, write_report
-    from gpulab.report.model import Report
     from report_builders import minimal_fingerprint
 
     torch_row = run_cpu(tiny("mnist"), 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
 

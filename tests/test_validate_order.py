@@ -18,12 +18,11 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
+from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import load_report
-from gpulab.report.model import Report, Result
 from gpulab.validation.baselines import OneGpuBaselines
 from gpulab.validation.expectations import speedup_config
 from gpulab.validation.session import Lab, Options
-from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("torch", reason="validate/'s workload tests need torch")
 

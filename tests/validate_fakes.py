@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from gpulab.hw.discover import fingerprint
+from gpulab.records import Result, RunConfig
 from gpulab.report import spread
-from gpulab.report.model import Result
-from gpulab.workloads.base import RunConfig
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200x4-firecracker"
 ONE_GPU = 100.0

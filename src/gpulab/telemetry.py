@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from gpulab.hw import nvml
-from gpulab.report.model import TelemetrySummary
+from gpulab.records import TelemetrySummary
 
 # One stored poll: (wall time, util %, memory MiB, power W, SM MHz, temperature C, throttle bitmask)
 _Row = tuple[float, float | None, float | None, float | None, float | None, float | None, int | None]

@@ -11,8 +11,7 @@ from gpulab.errors import GpulabError
 from gpulab.launch.backends import Backend
 from gpulab.launch.common import check_run_fields, plan_batch
 from gpulab.launch.spec import Launch, WorkerMessage
-from gpulab.report.model import Result
-from gpulab.workloads.base import RunConfig
+from gpulab.records import Result, RunConfig
 
 WORKLOADS = ("linear",)
 

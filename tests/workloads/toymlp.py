@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 from gpulab.workloads.registry import Workload
 
 SIZES = {"tiny": (16, 4), "quick": (64, 20), "standard": (64, 50), "full": (256, 500)}

@@ -12,8 +12,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpulab.hw.model import GpuInfo
-from gpulab.report.model import Check
+from gpulab.records import Check, GpuInfo
 
 RUNTIMES = ("auto", "docker", "podman", "none")
 # Small, with glibc for the injected nvidia-smi; named in full so Podman needs no short-name resolution.

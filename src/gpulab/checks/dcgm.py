@@ -24,7 +24,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.report.model import Check
+from gpulab.records import Check
 
 LEVELS = (1, 2, 3, 4)
 # Seconds before a run is abandoned: several times DCGM's documented durations (r1 seconds, r2 about 2 min,

@@ -35,9 +35,8 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible, nvml
 from gpulab.hw.gpu_census import MEMORY_FLOOR_MIB, MEMORY_SHARE, UNKNOWN, smi_number, smi_text
-from gpulab.hw.model import GpuInfo
 from gpulab.hw.smi_xml import process_type
-from gpulab.report.model import Check
+from gpulab.records import Check, GpuInfo
 
 CHECK_FREE = "occupancy.gpus_free"
 CHECK_SELECTED = "gpus.selected"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from gpulab.hw.model import GpuInfo
+from gpulab.records import GpuInfo
 
 
 def entries(value: str | None = None, *, from_env: bool = True) -> list[str] | None:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from gpulab.hw.model import CpuInfo, HostInfo, IommuGroup, NumaNode
+from gpulab.records import CpuInfo, HostInfo, IommuGroup, NumaNode
 
 # DMI sys_vendor / product_name substrings that only virtual hardware reports -> hypervisor name.
 _DMI_VM = (

@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpulab.hw.model import Fingerprint, GpuInfo, HostInfo, SoftwareInfo
+from gpulab.records import Fingerprint, GpuInfo, HostInfo, SoftwareInfo
 
 NOT_CAPTURED = "not captured"
 

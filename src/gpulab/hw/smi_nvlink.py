@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.hw.model import NvLinkInfo
 from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
+from gpulab.records import NvLinkInfo
 
 _GPU = re.compile(r"^GPU (\d+):")
 _LINK = re.compile(r"^\s*Link (\d+):\s*(.*)$")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.hw.model import EccErrors, GpuInfo, MemoryRetirement, MigDevice, PcieLink
 from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
+from gpulab.records import EccErrors, GpuInfo, MemoryRetirement, MigDevice, PcieLink
 
 _FIX = "capture it with `nvidia-smi -q -x > FILE`"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpulab.hw.model import FrameworkInfo, SoftwareInfo
+from gpulab.records import FrameworkInfo, SoftwareInfo
 
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",

@@ -1,7 +1,7 @@
 """How a workload runs: one typed `Launch`, one backend per framework, and the launchers behind them.
 
     from gpulab.launch import Launch, start
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import RunConfig
 
     result = start(Launch(RunConfig("resnet50", precision="bf16", batch=256), launcher="ddp", gpus=4))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpulab.report.model import Result
+from gpulab.records import Result
 
 BUSY_FLOOR_PCT = 60  # a training step that keeps the GPU busy less than this is bound by something else
 

@@ -26,10 +26,9 @@ from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
 from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
 from gpulab.progress_line import ProgressLine
+from gpulab.records import Result, RunConfig
 from gpulab.report.append import append_results
 from gpulab.report.hostload import LoadWatch
-from gpulab.report.model import Result
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.registry import REGISTRY
 
 

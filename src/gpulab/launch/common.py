@@ -25,10 +25,10 @@ from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.launch.progress import Tracker
 from gpulab.names import BATCH_POLICIES
+from gpulab.records import Result, RunConfig, TelemetrySummary
 from gpulab.report import spread
 from gpulab.report.io import atomic_write_text, jsonable
-from gpulab.report.model import Result, TelemetrySummary
-from gpulab.workloads.base import RunConfig, Session
+from gpulab.workloads.base import Session
 from gpulab.workloads.registry import REGISTRY
 
 DEFAULT_BUILDER = "gpulab.workloads:build"

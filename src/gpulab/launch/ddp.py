@@ -32,9 +32,8 @@ from gpulab.launch.common import (
 )
 from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.report.model import Result, TelemetrySummary
+from gpulab.records import Result, RunConfig, TelemetrySummary
 from gpulab.telemetry import Sampler
-from gpulab.workloads.base import RunConfig
 
 
 def ddp_backend(nprocs: int, backend: str | None, threads: int) -> str:

@@ -6,7 +6,7 @@ from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
 from gpulab.launch.spec import Launch
-from gpulab.report.model import Result
+from gpulab.records import Result
 
 
 def check_launch(launch: Launch) -> backends.Backend:

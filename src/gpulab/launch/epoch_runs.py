@@ -20,10 +20,9 @@ from gpulab.launch.common import (
     plan_batch,
 )
 from gpulab.launch.spec import Launch, WorkerMessage
-from gpulab.report.model import Result
+from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec, current_listener
 from gpulab.training.loop import train_epochs
-from gpulab.workloads.base import RunConfig
 
 RECORD_FACTS = ("metric", "final_metric", "best_metric", "time_to_target_s", "data", "optimizer", "learning_rate")
 

@@ -23,9 +23,9 @@ from gpulab.launch.common import (
     timed_loop,
     visible_gpus,
 )
-from gpulab.report.model import Result
+from gpulab.records import Result, RunConfig
 from gpulab.telemetry import Sampler
-from gpulab.workloads.base import RunConfig, Session
+from gpulab.workloads.base import Session
 
 
 @contextlib.contextmanager

@@ -18,9 +18,8 @@ from typing import Any
 
 from gpulab import names
 from gpulab.launch.common import BatchPlan, config_from_dict, config_to_dict, write_json_atomic
-from gpulab.report.model import Result, result_from_dict
+from gpulab.records import Result, RunConfig, result_from_dict
 from gpulab.training.epochs import EpochSpec
-from gpulab.workloads.base import RunConfig
 
 DEFAULT_TIMEOUT_S = 3600.0
 

@@ -46,12 +46,11 @@ from gpulab.launch import backends
 from gpulab.launch.common import plan_batch
 from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.records import Result, RunConfig, Spread
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
-from gpulab.report.model import Result, Spread
 from gpulab.report.spread import of_windows
 from gpulab.telemetry import Sampler
-from gpulab.workloads.base import RunConfig
 
 DATABASE = "database.pk"
 DATABASE_JSON = "database.json"

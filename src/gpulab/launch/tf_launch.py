@@ -25,9 +25,8 @@ from gpulab.hw import cuda_visible
 from gpulab.interrupts import child_env
 from gpulab.launch.common import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
-from gpulab.report.model import Result
+from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.registry import REGISTRY
 from gpulab.workloads.tf.common import tf_precision
 

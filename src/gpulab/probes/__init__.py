@@ -1,4 +1,4 @@
 """Micro-benchmarks that show what the hardware delivers: matmul TFLOP/s, memory and PCIe bandwidth, all-reduce.
 
-Each probe returns a `gpulab.report.model.Result`; judging it against the SKU's spec is the caller's job.
+Each probe returns a `gpulab.records.Result`; judging it against the SKU's spec is the caller's job.
 """

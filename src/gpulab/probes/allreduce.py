@@ -19,7 +19,7 @@ from pathlib import Path
 from gpulab.errors import GpulabError
 from gpulab.launch.common import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.report.model import Result
+from gpulab.records import Result
 from gpulab.report.spread import of_windows
 
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 from gpulab import names
 from gpulab.compat import GpuSpec
-from gpulab.hw.model import GpuInfo
+from gpulab.records import Check, GpuInfo, Result, Threshold
 from gpulab.report import spread
-from gpulab.report.model import Check, Result, Threshold
 
 # PCIe usable GB/s per lane and direction after line coding (8b/10b up to gen2, 128b/130b for gen3-5,
 # FLIT for gen6): PCI-SIG base specifications.

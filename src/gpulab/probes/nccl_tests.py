@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.report.model import Result
+from gpulab.records import Result
 
 BINARY = "all_reduce_perf"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.names import ProbeSize
-from gpulab.report.model import Result, Spread
+from gpulab.records import Result, Spread
 from gpulab.report.spread import of_windows
 from gpulab.workloads.torch_precision import dtype_for, tf32_mode
 

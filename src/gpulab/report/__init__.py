@@ -1,28 +1,6 @@
-"""The validation report: typed records, JSON Schema, validated atomic I/O, renderers and compare."""
+"""The validation report: JSON Schema, validated atomic I/O, renderers and compare. Its records (`Result`, `Report`,
+...) live in `gpulab.records`."""
 
 from gpulab.report.io import ReportError, default_report_path, load_report, write_report
-from gpulab.report.model import (
-    SCHEMA_ID,
-    Check,
-    Report,
-    Result,
-    Scaling,
-    Speedup,
-    TelemetrySummary,
-    Threshold,
-)
 
-__all__ = [
-    "SCHEMA_ID",
-    "Check",
-    "Report",
-    "ReportError",
-    "Result",
-    "Scaling",
-    "Speedup",
-    "TelemetrySummary",
-    "Threshold",
-    "default_report_path",
-    "load_report",
-    "write_report",
-]
+__all__ = ["ReportError", "default_report_path", "load_report", "write_report"]

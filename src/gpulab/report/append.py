@@ -17,8 +17,8 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.names import RUN_REPORT_TIER
+from gpulab.records import Report, Result, Scaling
 from gpulab.report.io import load_report, write_report
-from gpulab.report.model import Report, Result, Scaling
 from gpulab.report.scaling import scaling, speedups
 
 

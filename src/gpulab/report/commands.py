@@ -13,9 +13,9 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.paths import Output, check_outputs
+from gpulab.records import Report
 from gpulab.report.compare import MEDIAN_NOTE, MODES, compare, parse_threshold
 from gpulab.report.io import atomic_write_text, load_report
-from gpulab.report.model import Report
 from gpulab.report.render import rendered_paths, to_html, to_markdown
 
 

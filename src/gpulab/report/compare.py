@@ -24,6 +24,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.records import Check, Report, Result
 from gpulab.report import compare_host, judge
 from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models, vm_sides
 from gpulab.report.compare_keys import (
@@ -43,7 +44,6 @@ from gpulab.report.compare_keys import (
 from gpulab.report.compare_rows import CheckRow, Row
 from gpulab.report.contention import measured, report_contention, report_unsteady
 from gpulab.report.formatting import num, ratio_pct
-from gpulab.report.model import Check, Report, Result
 
 MEDIAN_NOTE = "a row measured more than once in a report compares its median; regressions are judged on the median"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpulab.report.model import Report
+from gpulab.records import Report
 
 
 def _fp(value: Report | dict[str, Any]) -> dict[str, Any]:

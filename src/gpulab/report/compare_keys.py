@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulab import names
-from gpulab.report.model import Report, Result
+from gpulab.records import Report, Result
 
 ResultKey = tuple[str, str, str, int, str, str]
 KEY_FIELDS = ("workload", "framework", "launcher", "n", "precision", "device")

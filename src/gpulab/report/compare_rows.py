@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.records import Spread
 from gpulab.report import spread
 from gpulab.report.compare_keys import KEY_FIELDS, ResultKey
 from gpulab.report.formatting import num, ratio_pct
-from gpulab.report.model import Spread
 
 
 @dataclass

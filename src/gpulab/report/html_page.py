@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulab.records import Check, Report
 from gpulab.report import keyfigs
-from gpulab.report.model import Check, Report
 from gpulab.report.plots import plot_cpu_threads, plot_pct_of_spec, plot_scaling, plot_speedups, result_label
 from gpulab.report.svg import gpu_facts, load_chart
 from gpulab.report.templating import render

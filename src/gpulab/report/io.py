@@ -30,7 +30,7 @@ from gpulab.paths import (
     refuse_link,
     unique_object,
 )
-from gpulab.report.model import READABLE_SCHEMAS, SCHEMA_ID, Report
+from gpulab.records import READABLE_SCHEMAS, SCHEMA_ID, Report
 
 if TYPE_CHECKING:  # jsonschema loads when a report is checked, not with every worker process that imports this
     from jsonschema import Draft202012Validator

@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from gpulab.records import Report, Result, Spread
 from gpulab.report import spread
-from gpulab.report.model import Report, Result, Spread
 
 GPU_BOUND_UTIL_PCT = 80.0  # below this mean GPU utilisation the host, not the GPU, sets a row's pace
 # Timings of CPU work on a shared host move by 25-40 % with the neighbours' load (measured on the CI machines).

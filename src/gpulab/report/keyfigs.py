@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpulab.report.model import Check, Report, Result, Scaling, Threshold
+from gpulab.records import Check, Report, Result, Scaling, Threshold
 from gpulab.report.views import DASH, finite_or_none
 
 # worst first: the verdict of a figure judged by several checks (its devices, datasheet and known-good) is the worst

@@ -6,7 +6,7 @@ import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpulab.report.model import Report
+from gpulab.records import Report
 from gpulab.report.views import (
     GPU_HEADERS,
     RESULT_HEADERS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpulab.report.model import Report, Result, Scaling
+from gpulab.records import Report, Result, Scaling
 from gpulab.report.templating import Markup, svg_figure
 
 # --- plots ----------------------------------------------------------------------------------------

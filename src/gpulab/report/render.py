@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpulab.records import Report
 from gpulab.report.html_page import to_html
 from gpulab.report.io import atomic_write_text
 from gpulab.report.markdown import to_markdown
-from gpulab.report.model import Report
 
 __all__ = ["rendered_paths", "to_html", "to_markdown", "write_rendered"]
 

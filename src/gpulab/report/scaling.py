@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpulab.names import MULTI_GPU_LAUNCHERS
+from gpulab.records import Result, Scaling, Speedup
 from gpulab.report import spread
-from gpulab.report.model import Result, Scaling, Speedup
 
 SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
 

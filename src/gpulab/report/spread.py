@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from gpulab.report.model import Result, Spread
+from gpulab.records import Result, Spread
 
 CONFIDENCE = 0.9
 MIN_WINDOWS_FOR_CONFIDENCE = 5  # the fewest windows whose range covers the median with >= 90 %

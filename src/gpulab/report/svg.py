@@ -8,7 +8,7 @@ from typing import Any
 
 from markupsafe import escape
 
-from gpulab.report.model import Result
+from gpulab.records import Result
 from gpulab.report.plots import result_label
 from gpulab.report.templating import Markup, render
 from gpulab.report.timeline import too_short

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulab.report.model import Report, Result
+from gpulab.records import Report, Result
 from gpulab.report.plots import new_figure
 from gpulab.report.templating import Markup, svg_figure
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpulab.records import STATUSES, Check, Report, Result, Scaling, Speedup
 from gpulab.report import contention, spread
 from gpulab.report.formatting import stand_ins_summary
-from gpulab.report.model import STATUSES, Check, Report, Result, Scaling, Speedup
 
 DASH = "—"
 MAX_SCALING_PLOTS = 12

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.report.model import Report, Result
+from gpulab.records import Report, Result
 
 FOLDER = Path(__file__).parent / "baselines"
 PREFIX = "baseline:"

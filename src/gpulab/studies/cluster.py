@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
-from gpulab.hw.model import GpuInfo
 from gpulab.interrupts import ctrl_c_held
+from gpulab.records import GpuInfo
 
 # The environment of a worker's slot, read by the task that runs there.
 DEVICE_ENV = "GPULAB_STUDY_DEVICE"  # the worker's device: cuda:0 (its one visible GPU) or cpu

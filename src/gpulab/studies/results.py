@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab import names
-from gpulab.report.model import Report, Result
+from gpulab.records import Report, Result
 
 REPORT_JSON = "report.json"
 

@@ -146,7 +146,7 @@ def _planned_for_machine(pset: dict[str, Any]) -> tuple[str, bool] | None:
 
 def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
     """The pset as a RunConfig; style transfer writes its image into the run's directory."""
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import RunConfig
 
     precision, channels_last = _precision(pset, device)
     params = workload_params(pset)

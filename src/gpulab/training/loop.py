@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.training.epochs import EpochListener, EpochSpec, current_listener, epoch_record
 from gpulab.training.metrics import accuracy, mean_auc
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     DeviceAugment,
     Numerics,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.training.epochs import EpochSpec, epoch_record
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import loader_workers
 from gpulab.workloads.recipes import Recipe, recipe
 from gpulab.workloads.registry import REGISTRY, load

@@ -17,9 +17,8 @@ from functools import partial
 import pytest
 
 from gpulab.launch.spec import Launch
-from gpulab.report.model import Result
+from gpulab.records import Result, RunConfig
 from gpulab.validation.session import Lab
-from gpulab.workloads.base import RunConfig
 
 # (framework, the run's whole config as canonical JSON): rows are shared only between identical runs
 BaselineKey = tuple[str, str]

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulab.report.model import Threshold
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig, Threshold
 from gpulab.workloads.precision_plan import PrecisionPlan
 from gpulab.workloads.registry import REGISTRY
 

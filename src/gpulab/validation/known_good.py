@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import Check, Report, Result, Threshold
 from gpulab.report import spread
-from gpulab.report.model import Check, Report, Result, Threshold
 
 SCHEMA = "gpulab.known-good/2"
 HOST_BOUND_BUSY_PCT = 80.0  # as compare: a GPU under 80 % busy waits for its host

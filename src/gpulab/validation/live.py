@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
-from gpulab.hw.model import GpuInfo, PcieLink
+from gpulab.records import GpuInfo, PcieLink
 
 
 def busy(device: str, seconds: float) -> threading.Thread:

@@ -23,11 +23,10 @@ from gpulab.checks import health, occupancy
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.hw.discover import fingerprint as discover
-from gpulab.hw.model import GpuInfo
 from gpulab.interrupts import raise_terminated, stop_on_signals, stopped
 from gpulab.launch import progress
 from gpulab.paths import Output, check_output, input_file, os_error_reason, output_dir
-from gpulab.report.model import Check, Status
+from gpulab.records import Check, GpuInfo, Status
 
 # fixtures for validate/: rows several tests judge, measured once
 from gpulab.validation.baselines import cpu_rows as cpu_rows

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from gpulab.records import Check, Result
 from gpulab.report import spread
-from gpulab.report.model import Check, Result
 
 AGAIN_FACTOR = 2  # the re-measure runs this many times the first measurement's windows
 

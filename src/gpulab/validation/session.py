@@ -13,10 +13,9 @@ from gpulab import compat, names
 from gpulab.checks.occupancy import Occupancy
 from gpulab.compat import GpuSpec
 from gpulab.errors import GpulabError
-from gpulab.hw.model import Fingerprint, GpuInfo
 from gpulab.probes import judge
+from gpulab.records import Check, Fingerprint, GpuInfo, Report, Result
 from gpulab.report.hostload import LoadWatch
-from gpulab.report.model import Check, Report, Result
 
 if TYPE_CHECKING:
     from gpulab.workloads.precision_plan import PrecisionPlan

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpulab.launch.advice import gpu_busy_advice
+from gpulab.records import Check, Result, Spread, Threshold
 from gpulab.report import spread
-from gpulab.report.model import Check, Result, Spread, Threshold
 from gpulab.validation.expectations import MIN_GPU_OVER_ALL_CPU
 from gpulab.validation.live import Placement
 from gpulab.validation.session import Lab

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from gpulab.errors import GpulabError
-from gpulab.hw.model import PcieLink
 from gpulab.hw.pci_gpu import is_nvidia_gpu, is_nvswitch
+from gpulab.records import PcieLink
 from gpulab.vm.pci import PciAddress, class_name, is_bridge
 
 # libvirt reports PCIe link speed in GT/s; the generation follows from it (PCIe base spec).

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gpulab.errors import GpulabError
 from gpulab.names import SIZES
-from gpulab.workloads.base import Builder, RunConfig, Session
+from gpulab.records import RunConfig
+from gpulab.workloads.base import Builder, Session
 from gpulab.workloads.registry import REGISTRY, Workload
 
 

@@ -8,26 +8,9 @@ a `Result`. Workloads never time themselves and never know how they were launche
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
-
-@dataclass
-class RunConfig:
-    workload: str
-    precision: str = "fp32"  # fp32 (TF32 off) | tf32 | bf16 (autocast)
-    channels_last: bool = False
-    batch: int | None = None  # per device (weak scaling); None = the workload's default for `size`
-    steps: int | None = None  # timed steps (iterations for style transfer); None = default for `size`
-    warmup: int = 3
-    size: str = "standard"  # one of gpulab.names.SIZES
-    data: Path | None = None  # real data; None = synthetic tensors of the real shapes
-    num_workers: int | None = None  # DataLoader workers for real data; None: a share of the cores (loader_workers)
-    seed: int = 0
-    params: dict[str, Any] = field(default_factory=dict)  # workload-specific knobs (style transfer's width...)
-    optimizer: str | None = None  # gpulab.names.OPTIMIZERS; None: the workload's own
-    learning_rate: float | None = None  # None: the optimiser's default (the workload's for its own)
+from gpulab.records import RunConfig
 
 
 class Session(Protocol):

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 
 _MODE: ContextVar[str | None] = ContextVar("gpulab_checking", default=None)  # None | "here" | "elsewhere"
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     ClassifierSession,
     DeviceAugment,

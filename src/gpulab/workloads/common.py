@@ -16,7 +16,7 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 
 
 def check_config(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[int, int]:

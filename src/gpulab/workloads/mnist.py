@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 from gpulab.workloads.common import (
     ClassifierSession,
     DeviceAugment,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 from gpulab.workloads.common import DeviceAugment, OwnOptimizer, Task, data_root, digits_dataset
 from gpulab.workloads.registry import REGISTRY, load
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import (
     ClassifierSession,
     DeviceAugment,

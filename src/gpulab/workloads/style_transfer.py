@@ -25,8 +25,8 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.paths import open_output
+from gpulab.records import RunConfig
 from gpulab.workloads import checking
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file

@@ -6,8 +6,7 @@ import re
 
 from gpulab.checks.health.modes import elsewhere, vgpu_slice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, skipped
-from gpulab.hw.model import GpuInfo, PcieLink
-from gpulab.report.model import Check
+from gpulab.records import Check, GpuInfo, PcieLink
 
 # Performance states a GPU drops to when idle; its PCIe link may train down with them.
 _IDLE_PSTATES = frozenset(f"P{n}" for n in range(8, 16))

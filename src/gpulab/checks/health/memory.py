@@ -5,8 +5,7 @@ from __future__ import annotations
 from gpulab.checks.health.modes import elsewhere, vgpu_slice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, product_class, skipped
 from gpulab.compat.gpu_names import CONSUMER, DATA_CENTRE
-from gpulab.hw.model import GpuInfo
-from gpulab.report.model import Check
+from gpulab.records import Check, GpuInfo
 
 
 def ecc(gpu: GpuInfo, source: str = LIVE_SOURCE) -> Check:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 from gpulab.checks.health.verdict import LIVE_SOURCE, gpu_label, passed, skipped
-from gpulab.hw.model import GpuInfo
-from gpulab.report.model import Check
+from gpulab.records import Check, GpuInfo
 
 # A vGPU profile's name ends in its frame-buffer size and series: "GRID T4-4Q", "NVIDIA L40S-2Q", "A100-4C".
 _VGPU_PROFILE = re.compile(r"-\d+[ABCQ]$")

@@ -11,8 +11,7 @@ from gpulab.checks.health.modes import vgpu_host
 from gpulab.checks.health.verdict import failed, passed, reporter, skipped
 from gpulab.compat.gpus import gpu_for
 from gpulab.errors import GpulabError
-from gpulab.hw.model import Fingerprint, GpuInfo, SoftwareInfo
-from gpulab.report.model import Check
+from gpulab.records import Check, Fingerprint, GpuInfo, SoftwareInfo
 
 
 def _known_version(value: str | None) -> bool:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from gpulab.compat.gpu_names import product_class as derive_class
-from gpulab.hw.model import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo
-from gpulab.report.model import Check
+from gpulab.records import CAPTURE_SOURCE_PREFIX, Check, Fingerprint, GpuInfo
 
 LIVE_SOURCE = "NVML"
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from gpulab.checks.health.verdict import failed, passed, reporter, skipped
-from gpulab.hw.model import Fingerprint
-from gpulab.report.model import Check
+from gpulab.records import Check, Fingerprint
 
 
 def gpu_count(fp: Fingerprint, expected: int | None, on_pci_bus: int | None = None) -> Check:

@@ -21,8 +21,7 @@ from gpulab.hw import cuda_visible
 
 if TYPE_CHECKING:
     from gpulab.launch.spec import Launch
-    from gpulab.report.model import Result
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import Result, RunConfig
 
 ENTRY_POINT_GROUP = "gpulab.backends"
 _BUILT_IN = {

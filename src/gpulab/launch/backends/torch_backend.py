@@ -10,8 +10,7 @@ from gpulab.launch.backends import Backend
 
 if TYPE_CHECKING:
     from gpulab.launch.spec import Launch
-    from gpulab.report.model import Result
-    from gpulab.workloads.base import RunConfig
+    from gpulab.records import Result, RunConfig
 
 
 class TorchBackend(Backend):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.workloads.base import RunConfig
+from gpulab.records import RunConfig
 from gpulab.workloads.registry import REGISTRY
 
 

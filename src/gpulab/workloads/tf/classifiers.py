@@ -12,11 +12,11 @@ from typing import Any
 
 from gpulab import names
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.workloads import chexnet as torch_chexnet
 from gpulab.workloads import cifar10 as torch_cifar10
 from gpulab.workloads import mnist as torch_mnist
 from gpulab.workloads import resnet50 as torch_resnet50
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.common import data_root
 from gpulab.workloads.tf.common import (
     TFClassifierSession,

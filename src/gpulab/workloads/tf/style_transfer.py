@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import RunConfig
 from gpulab.workloads import style_transfer as torch_st
-from gpulab.workloads.base import RunConfig
 from gpulab.workloads.input_files import cause, file_digest
 from gpulab.workloads.tf.common import TFNumerics, default_strategy, seed_everything, strategy_devices
 

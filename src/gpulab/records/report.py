@@ -1,6 +1,6 @@
 """The report's records, as typed dataclasses.
 
-One report per run, `schema: "gpulab.report/1"`; the JSON shape is fixed by `schema.json` beside this file
+One report per run, `schema: "gpulab.report/3"`; the JSON shape is fixed by `gpulab/report/schema.json`
 (validated on write and on load). Every measured number is "higher is better" (throughput, TFLOP/s, GB/s),
 so compare can treat all rows alike.
 """
@@ -128,7 +128,7 @@ class Scaling:
 
 @dataclass
 class Report:
-    fingerprint: dict[str, Any]  # gpulab.hw.model.Fingerprint.to_dict()
+    fingerprint: dict[str, Any]  # gpulab.records.Fingerprint.to_dict()
     tier: str = DEFAULT_TIER
     checks: list[Check] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)

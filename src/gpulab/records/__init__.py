@@ -1,0 +1,72 @@
+"""The records every part of gpulab speaks: what a machine is (`GpuInfo`, `Fingerprint`), what a run is asked to do
+(`RunConfig`) and what a run found (`Result`, `Check`, `Report`). Plain typed dataclasses on the ground floor, above
+only the vocabulary (`gpulab.names`): discovery, workloads, launchers, checks and the report all import them from
+here, and none of them needs the report's pages, plots or compare code to do so."""
+
+from gpulab.records.machine import (
+    CAPTURE_SOURCE_PREFIX,
+    CpuInfo,
+    EccErrors,
+    Fingerprint,
+    FrameworkInfo,
+    GpuInfo,
+    HostInfo,
+    IommuGroup,
+    MemoryRetirement,
+    MigDevice,
+    NumaNode,
+    NvLinkInfo,
+    PcieLink,
+    SoftwareInfo,
+)
+from gpulab.records.report import (
+    READABLE_SCHEMAS,
+    SCHEMA_ID,
+    STATUSES,
+    Check,
+    Report,
+    Result,
+    Scaling,
+    Speedup,
+    Spread,
+    Status,
+    TelemetrySummary,
+    Threshold,
+    result_from_dict,
+    scaling_from_dict,
+    spread_from_dict,
+)
+from gpulab.records.run import RunConfig
+
+__all__ = [
+    "CAPTURE_SOURCE_PREFIX",
+    "READABLE_SCHEMAS",
+    "SCHEMA_ID",
+    "STATUSES",
+    "Check",
+    "CpuInfo",
+    "EccErrors",
+    "Fingerprint",
+    "FrameworkInfo",
+    "GpuInfo",
+    "HostInfo",
+    "IommuGroup",
+    "MemoryRetirement",
+    "MigDevice",
+    "NumaNode",
+    "NvLinkInfo",
+    "PcieLink",
+    "Report",
+    "Result",
+    "RunConfig",
+    "Scaling",
+    "SoftwareInfo",
+    "Speedup",
+    "Spread",
+    "Status",
+    "TelemetrySummary",
+    "Threshold",
+    "result_from_dict",
+    "scaling_from_dict",
+    "spread_from_dict",
+]
