@@ -152,7 +152,7 @@ def test_a_gpu_newer_than_its_architectures_first_driver_needs_its_own():
     ("stack", "component", "text"),
     [
         (Stack(gpu="Radeon VII"), "gpu", "Known GPUs"),
-        (Stack(driver="latest"), "driver", "not a version"),
+        (Stack(driver="latest"), "driver", "not a driver branch or version"),
         (Stack(driver="340.108"), "driver", "predates"),
         (Stack(cuda="12.7"), "cuda", "known: 9.0"),
         (Stack(cudnn="7.1"), "cudnn", "known: 7.6"),

@@ -14,6 +14,7 @@ This module imports nothing heavy (no torch, no TensorFlow): the command line an
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from gpulab.errors import GpulabError
@@ -151,3 +152,39 @@ BATCH_POLICIES: tuple[str, ...] = ("per_device", "global")
 # Optimisers a run may choose instead of the workload's own (`gpulab run --optimizer`), with their default rates.
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 OPTIMIZER_LR: dict[str, float] = {"adam": 1e-3, "sgd": 0.01}
+
+
+# -- driver branches -----------------------------------------------------------------------------------------
+_BRANCH_SPELLING = re.compile(r"[rR]?(?P<version>(?P<branch>[0-9]{3,4})(?:\.[0-9]+)*)")
+
+
+@dataclass(frozen=True, order=True)
+class DriverBranch:
+    """An NVIDIA driver branch: a number (580). "R580", "580", 580 and a driver version "580.95.05" are its
+    spellings; `str()` writes the R form the documentation uses, `number` is what package names and comparisons
+    take. Parsed here only: `DriverBranch.parse` at the edges (inventories, spec files, records, filters)."""
+
+    number: int
+
+    def __str__(self) -> str:
+        return f"R{self.number}"
+
+    @classmethod
+    def parse(cls, value: object, what: str = "driver branch") -> DriverBranch:
+        """The branch `value` names, or a GpulabError naming `what` and the spellings it takes."""
+        if isinstance(value, DriverBranch):
+            return value
+        return cls(int(_driver_spelling(value, what)["branch"]))
+
+
+def driver_version(value: object, what: str = "driver version") -> str:
+    """A driver request without its R: "580" for R580, "580.95.05" as it is (what apt pins and runfiles name)."""
+    return _driver_spelling(value, what)["version"]
+
+
+def _driver_spelling(value: object, what: str) -> re.Match[str]:
+    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    match = _BRANCH_SPELLING.fullmatch(text)
+    if match is None:
+        raise GpulabError(f"{what} {value!r} is not a driver branch or version; write e.g. R580, 580 or 580.95.05.")
+    return match

@@ -13,6 +13,7 @@ from gpulab.compat import advice, platforms, rules, versions
 from gpulab.compat.data import CudaRelease, GpuSpec, OperatingSystem, TorchBuild, load_matrix
 from gpulab.compat.gpus import resolve_gpu
 from gpulab.errors import GpulabError
+from gpulab.names import driver_version
 
 T = TypeVar("T")
 
@@ -114,7 +115,7 @@ class _Checker:
 
     def _driver(self, driver: str) -> str:
         rules.branch_record(driver)  # raises for malformed or pre-matrix drivers
-        return driver.strip().lstrip("rR")
+        return driver_version(driver)
 
     def _check_driver_arch(self) -> None:
         if not (self.gpu and self.driver):

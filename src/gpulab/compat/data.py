@@ -20,6 +20,7 @@ from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.entry import Entry
 from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
+from gpulab.names import DriverBranch
 
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
 
@@ -67,7 +68,7 @@ class CudaRelease:
 
 
 @dataclass(frozen=True)
-class DriverBranch:
+class BranchEntry:
     branch: str
     number: int
     max_cuda: str
@@ -166,6 +167,10 @@ class DriverLifecycle:
     def long_term(self) -> bool:
         return self.designation == "long-term"
 
+    @property
+    def number(self) -> int:
+        return DriverBranch.parse(self.branch).number
+
 
 @dataclass(frozen=True)
 class RepoNaming:
@@ -178,6 +183,10 @@ class RepoNaming:
     persistenced: str
     pinning: str | None
     source: str
+
+    @property
+    def first_number(self) -> int:
+        return DriverBranch.parse(self.first_branch).number
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,7 @@ class CudnnWheel:
 class Matrix:
     gpus: tuple[GpuSpec, ...]
     cuda: tuple[CudaRelease, ...]
-    drivers: tuple[DriverBranch, ...]
+    drivers: tuple[BranchEntry, ...]
     cudnn: tuple[CudnnRelease, ...]
     torch: tuple[TorchRelease, ...]
     tensorflow: tuple[TfRelease, ...]
@@ -268,10 +277,19 @@ def _cuda(e: Entry) -> CudaRelease:
     )
 
 
-def _driver(e: Entry) -> DriverBranch:
-    branch = e.text("branch")
-    if not re.match(r"^R\d+$", branch):
-        raise GpulabError(f"matrix.yml: {e.where}.branch={branch!r} must look like 'R580'.")
+def _branch_text(where: str, value: str, example: str) -> str:
+    """A branch as the matrix writes it: its R form (R580), read by the one parser of branches."""
+    try:
+        canonical = str(DriverBranch.parse(value)) == value
+    except GpulabError:
+        canonical = False
+    if not canonical:
+        raise GpulabError(f"matrix.yml: {where}={value!r} must look like '{example}'.")
+    return value
+
+
+def _driver(e: Entry) -> BranchEntry:
+    branch = _branch_text(f"{e.where}.branch", e.text("branch"), "R580")
     archs = e.texts("architectures")
     for arch in archs:
         if arch not in ARCHITECTURES:
@@ -280,11 +298,11 @@ def _driver(e: Entry) -> DriverBranch:
     if okm is not None and okm not in ARCHITECTURES:
         raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.")
     recommended = e.version("recommended")
-    if versions.major(recommended) != int(branch[1:]):
+    if versions.major(recommended) != DriverBranch.parse(branch).number:
         raise GpulabError(f"matrix.yml: {e.where}.recommended={recommended} is not in branch {branch}.")
-    return DriverBranch(
+    return BranchEntry(
         branch=branch,
-        number=int(branch[1:]),
+        number=DriverBranch.parse(branch).number,
         max_cuda=e.version("max_cuda"),
         recommended=recommended,
         architectures=archs,
@@ -369,8 +387,8 @@ def _packages(e: Entry, key: str, what: str) -> tuple[ArchivePackage, ...]:
     for i, raw in enumerate(e.items(key)):
         p = Entry(raw, f"{e.where}.{key}[{i}]")
         version = p.text(what)
-        if what == "branch" and not re.match(r"^R\d+$", version):
-            raise GpulabError(f"matrix.yml: {p.where}.branch={version!r} must look like 'R535'.")
+        if what == "branch":
+            _branch_text(f"{p.where}.branch", version, "R535")
         if what == "version":
             versions.parse(version, f"matrix.yml: {p.where}.version")
         if "seen" not in p.raw:
@@ -413,9 +431,7 @@ def _repo_naming(e: Entry) -> RepoNaming:
     driver = e._get("driver", (dict,))
     if sorted(driver) != ["open", "proprietary"] or not all(isinstance(v, str) and v for v in driver.values()):
         raise GpulabError(f"matrix.yml: {e.where}.driver must map open and proprietary to package names.")
-    first = e.text("first_branch")
-    if not re.match(r"^R\d+$", first):
-        raise GpulabError(f"matrix.yml: {e.where}.first_branch={first!r} must look like 'R580'.")
+    first = _branch_text(f"{e.where}.first_branch", e.text("first_branch"), "R580")
     return RepoNaming(
         first_branch=first,
         driver=dict(driver),

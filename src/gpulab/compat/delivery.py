@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpulab.compat import advice, platforms, rules, versions
 from gpulab.compat.check import Stack, check_stack
-from gpulab.compat.data import CudaRelease, CudnnRelease, DriverBranch, GpuSpec, OperatingSystem, load_matrix
+from gpulab.compat.data import BranchEntry, CudaRelease, CudnnRelease, GpuSpec, OperatingSystem, load_matrix
 from gpulab.compat.plan import profile
 from gpulab.errors import GpulabError
 
@@ -93,7 +93,7 @@ def label(component: str, source: str, osr: OperatingSystem) -> str:
     return f"{component} source {source!r}"
 
 
-def drivers_from(osr: OperatingSystem, source: str) -> list[tuple[DriverBranch, str]]:
+def drivers_from(osr: OperatingSystem, source: str) -> list[tuple[BranchEntry, str]]:
     """(branch, version the roles install), newest first. An archive's current release of a branch moves with its
     point releases and security updates, so it is named by the branch; NVIDIA's by the matrix's release."""
     if source == "distro":
@@ -238,7 +238,7 @@ def pick(
 
 
 def _driver_shortfall(
-    specs: list[GpuSpec], osr: OperatingSystem, sources: Sources, offered: list[tuple[DriverBranch, str]]
+    specs: list[GpuSpec], osr: OperatingSystem, sources: Sources, offered: list[tuple[BranchEntry, str]]
 ) -> Shortfall:
     where = label("driver", sources.driver, osr)
     has = platforms.branch_span([b for b, _ in offered])

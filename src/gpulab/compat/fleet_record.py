@@ -8,11 +8,11 @@ changing the file (or removing it to choose again).
 from __future__ import annotations
 
 import datetime
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpulab.errors import GpulabError
+from gpulab.names import DriverBranch
 
 FILE_NAME = "gpulab-fleet.txt"  # beside the inventory; .txt, so Ansible never reads it as an inventory source
 LIMIT = 64 << 10
@@ -39,9 +39,10 @@ def parse(text: str, where: str) -> FleetRecord:
         raise GpulabError(f"{where}: not valid YAML; {FIX}") from None
     if not isinstance(data, dict) or "driver_branch" not in data:
         raise GpulabError(f"{where}: no driver_branch; {FIX}")
-    branch = str(data["driver_branch"]).strip().upper().removeprefix("R")
-    if not re.fullmatch(r"\d{3}", branch):
-        raise GpulabError(f"{where}: driver_branch {data['driver_branch']!r} is not a branch like 580; {FIX}")
+    try:
+        branch = str(DriverBranch.parse(data["driver_branch"]).number)
+    except GpulabError:
+        raise GpulabError(f"{where}: driver_branch {data['driver_branch']!r} is not a branch like 580; {FIX}") from None
     try:
         rules.branch_record(branch)
     except GpulabError as err:

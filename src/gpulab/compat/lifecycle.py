@@ -18,7 +18,7 @@ from gpulab.compat.gpus import gpu_for
 
 
 def lifecycle(branch: int) -> DriverLifecycle | None:
-    return next((life for life in load_matrix().lifecycle if life.branch == f"R{branch}"), None)
+    return next((life for life in load_matrix().lifecycle if life.number == branch), None)
 
 
 def past_end(branch: int, today: datetime.date) -> bool:
@@ -65,7 +65,7 @@ def fleet_branch(plans: dict[str, dict[str, Any]], today: datetime.date) -> int 
     ceiling = min(planned)
     targets = [t for t in plans.values() if t.get("driver")]
     long_term = sorted(
-        (int(x.branch[1:]) for x in load_matrix().lifecycle if x.long_term and not past_end(int(x.branch[1:]), today)),
+        (x.number for x in load_matrix().lifecycle if x.long_term and not past_end(x.number, today)),
         reverse=True,
     )
     for branch in long_term:

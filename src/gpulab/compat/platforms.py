@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from gpulab.compat import rules, versions
-from gpulab.compat.data import CudaRelease, DriverBranch, OperatingSystem, load_matrix
+from gpulab.compat.data import BranchEntry, CudaRelease, OperatingSystem, load_matrix
 
 _OS_TEXT = re.compile(r"^(debian|ubuntu)[\s_-]*(\d+(?:\.\d+)?)(?:\.\d+)?(?:\s*lts)?$")
 
@@ -79,7 +79,7 @@ def nvidia_cuda(osr: OperatingSystem) -> tuple[CudaRelease, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def nvidia_branches(osr: OperatingSystem) -> tuple[DriverBranch, ...]:
+def nvidia_branches(osr: OperatingSystem) -> tuple[BranchEntry, ...]:
     """Driver branches NVIDIA publishes for the OS: from the toolkit driver of the oldest toolkit published for it
     to that of the newest (the repository carries each toolkit's driver beside it), oldest first."""
     cudas = nvidia_cuda(osr)
@@ -91,7 +91,7 @@ def nvidia_branches(osr: OperatingSystem) -> tuple[DriverBranch, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def archive_branches(osr: OperatingSystem) -> tuple[DriverBranch, ...]:
+def archive_branches(osr: OperatingSystem) -> tuple[BranchEntry, ...]:
     """Driver branches the OS's own archive packages, oldest first."""
     wanted = {p.version for p in osr.drivers}
     return tuple(b for b in load_matrix().drivers if b.branch in wanted)
@@ -104,7 +104,7 @@ def archive_cuda(osr: OperatingSystem) -> tuple[CudaRelease, ...]:
     return tuple(c for c in load_matrix().cuda if versions.key(c.version) in wanted)
 
 
-def branch_span(branches: Sequence[DriverBranch]) -> str:
+def branch_span(branches: Sequence[BranchEntry]) -> str:
     """'R535–R595' for a contiguous run of the matrix's branches, else 'R535, R470' (newest first)."""
     if not branches:
         return "none"

@@ -22,6 +22,7 @@ from gpulab.compat.gpus import gpu_by_pci_id
 from gpulab.compat.kernel_modules import choose_kernel_modules
 from gpulab.compat.plan import plan_stack, profile
 from gpulab.compat.problems import Problems
+from gpulab.names import DriverBranch
 
 # Stack keys a user may set in `gpulab_stack`; `kernel_modules` picks open or proprietary kernel modules.
 STACK_KEYS = ("driver", "cuda", "cudnn", "torch", "tensorflow", "python", "kernel_modules")
@@ -512,7 +513,7 @@ def resolve(req: Request) -> Resolution:
         "gpus": [_gpu_entry(gpu, spec) for gpu, spec in pairs],
         "nvswitch": bool(req.nvswitches),
         "driver": driver,
-        "driver_branch": str(versions.parse(driver)[0]) if driver and not problems else None,
+        "driver_branch": str(DriverBranch.parse(driver).number) if driver and not problems else None,
         "kernel_modules": kernel_modules,
         "cuda": cudas,
         "cuda_default": max(cudas, key=versions.key) if cudas and not problems else None,

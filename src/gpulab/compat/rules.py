@@ -5,15 +5,16 @@ from __future__ import annotations
 from gpulab.compat import versions
 from gpulab.compat.architectures import ARCHITECTURES, matrix_name
 from gpulab.compat.data import (
+    BranchEntry,
     CudaRelease,
     CudnnRelease,
-    DriverBranch,
     TfRelease,
     TorchBuild,
     TorchRelease,
     load_matrix,
 )
 from gpulab.errors import GpulabError
+from gpulab.names import DriverBranch
 
 
 def _known(items: list[str]) -> str:
@@ -45,13 +46,13 @@ def cuda_supports_cc(cuda: str, cc: str) -> bool:
 
 def driver_branch(version: str) -> str:
     """'580.95.05' -> 'R580'; 'R580' and '580' are accepted too."""
-    return f"R{versions.parse(version, 'driver version')[0]}"
+    return str(DriverBranch.parse(version, "driver version"))
 
 
-def branch_record(driver: str) -> DriverBranch:
+def branch_record(driver: str) -> BranchEntry:
     """The branch entry for a driver; unlisted branches use the newest listed branch below them, because
     support only changes on listed branches."""
-    number = versions.parse(driver, "driver version")[0]
+    number = DriverBranch.parse(driver, "driver version").number
     below = [b for b in load_matrix().drivers if b.number <= number]
     if not below:
         oldest = load_matrix().drivers[0].branch
@@ -97,7 +98,7 @@ def max_cuda_for_driver(driver: str) -> str:
     return max(ok, key=lambda r: versions.key(r.version)).version
 
 
-def newest_branch_for_arch(architecture: str) -> DriverBranch:
+def newest_branch_for_arch(architecture: str) -> BranchEntry:
     arch = normalize_arch(architecture)
     branches = [b for b in load_matrix().drivers if arch in b.architectures]
     if not branches:

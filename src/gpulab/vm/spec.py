@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from gpulab.compat.rules import driver_branch
 from gpulab.errors import GpulabError, yaml_problem
+from gpulab.names import DriverBranch
 from gpulab.paths import load_yaml, read_input_text, shown
 from gpulab.vm.partitions import NVSWITCH_MODES, PARTITIONS_FORM, NvswitchSpec, parse_partitions, partition_id
 from gpulab.vm.pci import PciAddress
@@ -408,13 +408,10 @@ def _guest_driver(r: _Reader) -> int | None:
         return None
     text = str(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else ""
     try:
-        branch = int(driver_branch(text)[1:]) if text.strip() and not _CONTROL.search(text) else 0
+        return DriverBranch.parse(text).number
     except GpulabError:
-        branch = 0
-    if not 100 <= branch <= 9999:
         r.fail("guest_driver", f"{value!r} is not a driver branch or version; write e.g. R460, 460 or 460.91.03.")
         return None
-    return branch
 
 
 def _gpu_rom(r: _Reader) -> RomSpec | None:
