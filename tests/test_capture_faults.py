@@ -149,7 +149,7 @@ def test_obsolete_driver_fails_with_the_newest_stack_for_the_gpu():
     from gpulab.hw.discover import fingerprint
 
     fp = fingerprint(smi_xml=CAPTURES / "tesla-k20m-kepler-driver340-busy.xml", probe_frameworks=False)
-    check = health.stack_supports_gpus(fp)
+    check = health.stack_supports_arch(fp)
     assert check.status == "fail"
     assert (
         "Tesla K20m (PCI id 10de:1028, Kepler): driver 340.24 predates every branch the matrix lists" in check.message
@@ -157,7 +157,7 @@ def test_obsolete_driver_fails_with_the_newest_stack_for_the_gpu():
     assert "the newest stack for this GPU is driver R470 (470.256.02), CUDA 11.8" in check.message
     assert "PyTorch release the matrix lists (1.13 and later), TensorFlow 2.14" in check.message
     fermi = fingerprint(smi_xml=CAPTURES / "tesla-m2090-fermi-driver285.xml", probe_frameworks=False)
-    assert "newest stack for this GPU is driver R390 (390.157), CUDA 8.0" in health.stack_supports_gpus(fermi).message
+    assert "newest stack for this GPU is driver R390 (390.157), CUDA 8.0" in health.stack_supports_arch(fermi).message
 
 
 def test_link_is_judged_against_what_the_slot_carries(tmp_path):

@@ -344,7 +344,7 @@ def _per_gpu(fp: Fingerprint) -> dict[tuple[str, int], Check]:
 
 
 def _host(fp: Fingerprint) -> list[Check]:
-    return [health.gpu_count(fp, None), health.driver_supports_cuda(fp), health.stack_supports_gpus(fp)]
+    return [health.gpu_count(fp, None), health.driver_for_cuda(fp), health.stack_supports_arch(fp)]
 
 
 def test_every_capture_has_expectations():
@@ -476,7 +476,7 @@ def test_server_card_trained_x1_under_load_fails_naming_the_causes():
 def test_a_compute_capability_3_0_kepler_is_told_its_own_newest_stack():
     # The GRID K520's GK104 is compute capability 3.0, which CUDA 11.0 dropped: its last CUDA is 10.2.
     for name in ("grid-k520-kepler-driver352.xml", "grid-k520-inline-dtd.xml"):
-        check = health.stack_supports_gpus(_fp(name))
+        check = health.stack_supports_arch(_fp(name))
         assert check.status == "fail"
         assert (
             "GRID K520 (PCI id 10de:118a, Kepler): driver 352.99 predates every branch the matrix lists"

@@ -86,9 +86,9 @@ def test_persistence_and_throttle(fp):
 
 def test_driver_too_old_for_framework_cuda(fp):
     fp.software.frameworks = [FrameworkInfo(name="torch", version="2.11.0+cu130", built_cuda="13.0")]
-    assert health.driver_supports_cuda(fp).status == "pass"
+    assert health.driver_for_cuda(fp).status == "pass"
     fp.software.driver_version = "535.261.03"
-    check = health.driver_supports_cuda(fp)
+    check = health.driver_for_cuda(fp)
     assert check.status == "fail" and "535.261.03" in check.message and "CUDA 13.0" in check.message
 
 
@@ -96,7 +96,7 @@ def test_stack_check_refuses_p100_on_cuda13(fp):
     p100 = dataclasses.replace(fp.gpus[0], name="Tesla P100-PCIE-16GB", pci_device_id="10de:15f8")
     fp.gpus = [p100]
     fp.software.frameworks = [FrameworkInfo(name="torch", version="2.11.0+cu130", built_cuda="13.0")]
-    check = health.stack_supports_gpus(fp)
+    check = health.stack_supports_arch(fp)
     assert check.status == "fail"
     assert "Tesla P100-PCIE-16GB" in check.message
 
@@ -122,8 +122,8 @@ def all_checks(fp):
     src = health.reporter(fp)
     checks = [
         health.gpu_count(fp, None, None),
-        health.driver_supports_cuda(fp),
-        health.stack_supports_gpus(fp),
+        health.driver_for_cuda(fp),
+        health.stack_supports_arch(fp),
         health.framework_sees_gpus(fp, "torch", len(fp.gpus)),
     ]
     for gpu in fp.gpus:
@@ -217,7 +217,7 @@ def test_unknown_versions_are_not_judged(fp):
     fp.software.toolkits = [{"path": "/usr/local/cuda", "version": "unknown"}]
     fp.software.frameworks = [FrameworkInfo(name="torch", version="unknown", error="ImportError: libcudart")]
     fp.software.cuda_driver_version = None
-    check = health.driver_supports_cuda(fp)
+    check = health.driver_for_cuda(fp)
     assert check.status == "skip" and "CUDA version not reported by the capture" in check.message
     fp.software.frameworks = [FrameworkInfo(name="torch", version="2.11.0+cu130", built_cuda="13.0", sees_gpus=None)]
     skipped = health.framework_sees_gpus(fp, "torch", 4)
@@ -262,11 +262,11 @@ def test_2017_capture_is_not_judged_by_this_machines_toolkit(tmp_path):
     text = json.dumps(fp.to_dict())
     for here in ("this-machine-7", "Fake EPYC 9999", "cuda-13.0", "13.0.48", "/usr/local"):
         assert here not in text
-    driver = health.driver_supports_cuda(fp)
+    driver = health.driver_for_cuda(fp)
     assert driver.status == "skip"  # CUDA 8.0 predates the matrix: neither pass nor fail
     assert driver.message.startswith("cannot judge driver 375.66: the captured driver's CUDA 8.0: CUDA 8.0 is unknown")
     assert "CUDA toolkits not captured" in driver.message and "13.0" not in driver.message.split("known:")[0]
-    stack = health.stack_supports_gpus(fp)
+    stack = health.stack_supports_arch(fp)
     # No CUDA or framework in use today runs on R375: the newest stack for the P100 is named.
     assert stack.status == "fail" and "driver 375.66 predates every branch the matrix lists (R384" in stack.message
     assert "the newest stack for this GPU is driver R580" in stack.message
@@ -278,12 +278,12 @@ def test_capture_driver_is_checked_against_its_own_cuda(tmp_path):
     root = fake_machine(tmp_path / "machine")  # CUDA 13.0 here, which driver 535 could not run
     xml = write(tmp_path / "h200-535.xml", with_versions(H200_XML.read_text(), "535.261.03", "12.2"))
     fp = fingerprint(smi_xml=xml, probe_frameworks=False, root=root)
-    check = health.driver_supports_cuda(fp)
+    check = health.driver_for_cuda(fp)
     assert check.status == "pass"
     assert check.message.startswith("driver 535.261.03 supports the captured driver's CUDA 12.2 (CUDA 12.2)")
     assert "CUDA toolkits not captured" in check.message
     too_new = write(tmp_path / "h200-bad.xml", with_versions(H200_XML.read_text(), "535.261.03", "13.0"))
-    bad = health.driver_supports_cuda(fingerprint(smi_xml=too_new, probe_frameworks=False, root=root))
+    bad = health.driver_for_cuda(fingerprint(smi_xml=too_new, probe_frameworks=False, root=root))
     assert bad.status == "fail" and "needs driver >= 580.65.06" in bad.message
 
 
@@ -292,7 +292,7 @@ def test_real_2017_capture_has_no_cuda_version():
     assert fp.software.driver_version == "375.66" and fp.software.cuda_driver_version is None
     assert [g.name for g in fp.gpus] == ["Tesla P100-PCIE-12GB", "Tesla P100-PCIE-12GB_2"]
     assert fp.gpus[0].compute_capability == "6.0"  # from the matrix by PCI id: the capture has no architecture
-    check = health.driver_supports_cuda(fp)
+    check = health.driver_for_cuda(fp)
     assert check.status == "skip"
     assert check.message == (
         f"CUDA version not reported by the capture {P100_XML}; framework builds and CUDA toolkits not captured: "
@@ -304,3 +304,33 @@ def test_real_2017_capture_has_no_cuda_version():
         assert health.memory_retirement(gpu, source=src).status == "pass"
         assert health.idle_throttle(gpu, source=src).status == "pass"
         assert health.pcie_link(gpu, source=src).status == "pass"
+
+
+def test_each_check_is_named_after_the_function_that_declares_it(fp):
+    """Code, report and suite say one name: `health.ecc` makes `health.ecc[0]`, `health.driver_for_cuda` makes
+    `health.driver_for_cuda` (the framework checks are one family: `health.torch_sees_gpus`)."""
+    src = health.reporter(fp)
+    made = {
+        "gpu_count": health.gpu_count(fp, None, None),
+        "driver_for_cuda": health.driver_for_cuda(fp),
+        "stack_supports_arch": health.stack_supports_arch(fp),
+        "thermal": health.thermal(fp.gpus[0]),
+        "pcie_replays": health.pcie_replays(fp.gpus[0], source=src),
+        **{f: getattr(health, f)(fp.gpus[0], source=src) for f in ("pcie_link", "ecc", "memory_retirement")},
+        **{f: getattr(health, f)(fp.gpus[0], source=src) for f in ("persistence", "idle_throttle")},
+    }
+    for function, check in made.items():
+        assert check.name.split("[")[0] == f"health.{function}", (function, check.name)
+    assert health.framework_sees_gpus(fp, "torch", len(fp.gpus)).name == "health.torch_sees_gpus"
+
+
+def test_a_skipped_probe_and_a_measured_one_are_one_check():
+    from gpulab.probes import judge
+    from gpulab.records import Result
+
+    measured = Result("matmul", "torch", "gpu", 1, "bf16", 900.0, "TFLOP/s", device="cuda:1")
+    assert judge.check(measured, None, "bf16 matmul").name == judge.check_name("matmul", "bf16", "cuda:1")
+    assert judge.check_name("matmul", "bf16", "cuda:1") == "probe.matmul.bf16[cuda:1]"
+    assert (
+        judge.check_name("allreduce", "none", "2 devices", "nccl-tests") == "probe.allreduce.nccl_tests.none[2 devices]"
+    )

@@ -218,11 +218,11 @@ def test_unknown_gpu_is_judged_on_its_reported_architecture(tmp_path):
     fp = _captured(tmp_path, _unknown(with_versions(T4.read_text(), "580.95.05", "13.0"), "Turing"))
     gpu = fp.gpus[0]
     assert gpu.matrix_name is None and (gpu.architecture, gpu.compute_capability) == ("Turing", "7.5")
-    check = health.stack_supports_gpus(fp)
+    check = health.stack_supports_arch(fp)
     assert check.status == "pass" and "NVIDIA Imaginary X1 (not in the matrix)" in check.message
     # The same board on a driver branch without its architecture fails on what is known.
     newer = _captured(tmp_path, _unknown(T4.read_text(), "Blackwell"))
-    failed = health.stack_supports_gpus(newer)
+    failed = health.stack_supports_arch(newer)
     assert failed.status == "fail" and "does not support Blackwell" in failed.message
     # Its other checks run as for any GPU: nothing needs the matrix.
     assert health.ecc(gpu, CAP).status == "pass"
@@ -231,7 +231,7 @@ def test_unknown_gpu_is_judged_on_its_reported_architecture(tmp_path):
 def test_unknown_gpu_without_architecture_skips_spec_checks_with_one_line(tmp_path):
     fp = _captured(tmp_path, _unknown(T4.read_text(), None))
     assert fp.gpus[0].architecture is None and fp.gpus[0].compute_capability is None
-    check = health.stack_supports_gpus(fp)
+    check = health.stack_supports_arch(fp)
     assert check.status == "skip"
     assert (
         "GPU NVIDIA Imaginary X1 (PCI id 10de:fff0; not in the compatibility matrix; architecture and compute "
@@ -247,7 +247,7 @@ H100 = CAPTURES.parent / "h100x1-firecracker" / "nvidia-smi-q-x.xml"
 
 
 def _stack_on(tmp_path: Path, xml: str, driver: str, cuda: str) -> Check:
-    return health.stack_supports_gpus(_captured(tmp_path, with_versions(xml, driver, cuda)))
+    return health.stack_supports_arch(_captured(tmp_path, with_versions(xml, driver, cuda)))
 
 
 def _k80(xml: str) -> str:

@@ -175,7 +175,7 @@ def test_cuda_visible_devices_hiding_the_only_gpu_fails_the_run(tmp_path):
     assert message.endswith("unset CUDA_VISIBLE_DEVICES (or list every GPU to test in it)")
     assert [name for name, (st, _) in got.items() if st in ("fail", "error")] == ["gpus.selected"]
     assert got["occupancy.gpus_free"] == ("skip", "no GPU selected: nothing to look at")
-    assert got["health.driver_supports_cuda"] == ("skip", "no GPU selected (see gpus.selected)")
+    assert got["health.driver_for_cuda"] == ("skip", "no GPU selected (see gpus.selected)")
 
 
 def test_captured_p100_fails_on_memory_held_by_something_not_visible(tmp_path):

@@ -13,12 +13,12 @@ def test_gpu_count(lab, verdict):
 
 @pytest.mark.gpu
 def test_driver_supports_cuda(lab, verdict):
-    verdict(health.driver_supports_cuda(lab.fingerprint))
+    verdict(health.driver_for_cuda(lab.fingerprint))
 
 
 @pytest.mark.gpu
 def test_stack_supports_gpus(lab, verdict):
-    verdict(health.stack_supports_gpus(lab.fingerprint))
+    verdict(health.stack_supports_arch(lab.fingerprint))
 
 
 @pytest.mark.gpu

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab.report.model import Check
+from gpulab.records import Check
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS
 
 

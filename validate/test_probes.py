@@ -5,7 +5,7 @@ import pytest
 from gpulab import names
 from gpulab.probes import judge, nccl_tests, torch_probes
 from gpulab.probes.allreduce import run_allreduce
-from gpulab.report.model import Check
+from gpulab.records import Check
 from gpulab.validation import remeasure
 from gpulab.workloads import precision_plan
 
@@ -83,11 +83,11 @@ def lacks(lab, gpu, precision):
 @pytest.mark.live
 @pytest.mark.parametrize("precision", names.PRECISIONS)
 def test_matmul(lab, gpu, verdict, precision, matmul_row, size):
+    device = f"cuda:{lab.gpus.index(gpu)}"
     missing = lacks(lab, gpu, precision)
     if missing:
-        verdict(Check(f"probe.matmul.{precision}[gpu{gpu.index}]", "skip", missing))
+        verdict(Check(judge.check_name("matmul", precision, device), "skip", missing))
     result = matmul_row(gpu, precision)
-    device = f"cuda:{lab.gpus.index(gpu)}"
     verdict(
         remeasure.settle(
             lambda: judge.check(result, lab.expectation_for(result), f"{precision} matmul", lab.report.checks),

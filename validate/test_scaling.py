@@ -15,10 +15,10 @@ import pytest
 
 from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
 from gpulab.launch.common import WINDOWS
+from gpulab.records import RunConfig
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
 from gpulab.validation.expectations import scaling_plans
-from gpulab.workloads.base import RunConfig
 
 pytest.importorskip("torch", reason="torch is not installed: install gpulab[torch] to run the workloads")
 

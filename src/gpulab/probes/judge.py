@@ -152,6 +152,14 @@ def likely_causes(workload: str, checks: Sequence[Check] = ()) -> str:
     return text + (f". Ruled out by this report: {'; '.join(ruled_out)}" if ruled_out else "")
 
 
+def check_name(workload: str, precision: str, where: str, framework: str = "torch") -> str:
+    """A probe check's name: `probe.matmul.bf16[cuda:0]`; another tool's figure of the same probe (nccl-tests'
+    all-reduce beside torch's) is a check of its own name. The one place it is made, so a skipped probe and a
+    measured one are the same check in every report."""
+    tool = "" if framework == "torch" else "." + framework.replace("-", "_")
+    return f"probe.{workload}{tool}.{precision}[{where}]"
+
+
 def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[Check] = ()) -> Check:
     """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes. `checks`
     are the report's checks so far: a failure's likely causes leave out what they show is fine."""
@@ -164,9 +172,7 @@ def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[C
         "spec": result.spec_value,
         "pct_of_spec": result.pct_of_spec,
     }
-    # Another tool's figure of the same probe (nccl-tests' all-reduce beside torch's) is a check of its own name.
-    tool = "" if result.framework == "torch" else "." + result.framework.replace("-", "_")
-    name = f"probe.{result.workload}{tool}.{result.precision}[{where}]"
+    name = check_name(result.workload, result.precision, where, result.framework)
     if not result.value > 0:
         return Check(name, "error", f"{shown}: the probe produced no usable number", evidence)
     if exp is None or result.pct_of_spec is None:

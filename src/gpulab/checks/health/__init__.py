@@ -14,7 +14,7 @@ from gpulab.checks.health.board import BENIGN_IDLE_REASONS, idle_throttle, persi
 from gpulab.checks.health.links import REPLAY_BOUND, REPLAY_SATURATED, mobile, pcie_link, pcie_replays
 from gpulab.checks.health.memory import ecc, memory_retirement
 from gpulab.checks.health.modes import mig_enabled, mode, vgpu_host, vgpu_slice, whole_gpu, whole_gpu_notice
-from gpulab.checks.health.stack import driver_supports_cuda, stack_supports_gpus
+from gpulab.checks.health.stack import driver_for_cuda, stack_supports_arch
 from gpulab.checks.health.verdict import LIVE_SOURCE, gpu_label, product_class, reporter
 from gpulab.checks.health.visibility import framework_sees_gpus, gpu_count
 
@@ -23,7 +23,7 @@ __all__ = [
     "LIVE_SOURCE",
     "REPLAY_BOUND",
     "REPLAY_SATURATED",
-    "driver_supports_cuda",
+    "driver_for_cuda",
     "ecc",
     "framework_sees_gpus",
     "gpu_count",
@@ -38,7 +38,7 @@ __all__ = [
     "persistence",
     "product_class",
     "reporter",
-    "stack_supports_gpus",
+    "stack_supports_arch",
     "thermal",
     "vgpu_host",
     "vgpu_slice",

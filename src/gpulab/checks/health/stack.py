@@ -19,7 +19,7 @@ def _known_version(value: str | None) -> bool:
     return bool(value) and re.match(r"\d+\.\d+", value or "") is not None
 
 
-def driver_supports_cuda(fp: Fingerprint) -> Check:
+def driver_for_cuda(fp: Fingerprint) -> Check:
     """The driver is new enough for every CUDA the host uses: the frameworks' builds and the toolkits.
 
     A capture holds neither, so its driver is checked against the CUDA version the capture itself reports,
@@ -91,7 +91,7 @@ def _offered_stack(sw: SoftwareInfo) -> dict[str, str | None]:
     }
 
 
-def stack_supports_gpus(fp: Fingerprint) -> Check:
+def stack_supports_arch(fp: Fingerprint) -> Check:
     """The driver, CUDA, cuDNN and framework builds all support each GPU model's architecture (the matrix).
 
     Only components that are reported and known to the matrix are judged; the check skips when none is.
