@@ -176,3 +176,48 @@ def test_the_checks_would_catch_a_cycle_and_an_upward_edge():
     graph = {"gpulab.hw.a": {"gpulab.report.b"}, "gpulab.report.b": {"gpulab.hw.a"}}
     assert cycles(graph) == [["gpulab.hw.a", "gpulab.report.b"]]
     assert upward_edges(graph) == ["gpulab.hw.a -> gpulab.report.b"]
+
+
+def doors(pkg: str) -> tuple[str, ...] | None:
+    """The modules package `pkg` lets others import besides its face (`DOORS` in its __init__, read from the source
+    so the test imports nothing); None for a top-level module, which is its own face."""
+    init = SRC / "gpulab" / pkg / "__init__.py"
+    if not init.is_file():
+        return None
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "DOORS" for t in targets) and node.value is not None:
+                return tuple(ast.literal_eval(node.value))
+    return ()
+
+
+def through_other_doors(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one package into another that go neither to its face nor to a module its DOORS list."""
+    found = []
+    for a, targets in graph.items():
+        for b in targets:
+            pkg = package(b)
+            if pkg == package(a) or b == f"gpulab.{pkg}" or pkg == "gpulab":
+                continue
+            allowed = doors(pkg)
+            if allowed is not None and b.removeprefix(f"gpulab.{pkg}.") not in allowed:
+                found.append(f"{a} -> {b}")
+    return sorted(found)
+
+
+def test_packages_are_entered_through_their_faces_and_doors():
+    assert through_other_doors(GRAPH) == []
+
+
+def test_every_door_is_a_module_of_its_package_that_others_use():
+    used = {b for a, targets in GRAPH.items() for b in targets if package(a) != package(b)}
+    for pkg in sorted({package(m) for m in MODULES} - {"gpulab"}):
+        for door in doors(pkg) or ():
+            assert f"gpulab.{pkg}.{door}" in MODULES, f"{pkg}'s DOORS lists {door}, which is not one of its modules"
+            assert f"gpulab.{pkg}.{door}" in used, f"{pkg}'s DOORS lists {door}, which no other package imports"
+
+
+def test_a_module_behind_the_doors_is_found():
+    graph = {"gpulab.cli": {"gpulab.report.compare_rows", "gpulab.report.io", "gpulab.report"}}
+    assert through_other_doors(graph) == ["gpulab.cli -> gpulab.report.compare_rows"]

@@ -19,8 +19,8 @@ def _describe(gpu: GpuInfo) -> None:
     """Fill what the compatibility matrix knows of this model: its name there, architecture, compute capability
     and product class. A GPU the matrix lacks keeps what its source reported, and its class comes from its
     name and brand."""
+    from gpulab.compat import driver_name
     from gpulab.compat import gpus as matrix  # the matrix is data this module can do without
-    from gpulab.compat.architectures import driver_name
 
     try:
         spec = matrix.gpu_for(gpu.name, gpu.pci_device_id)
@@ -32,8 +32,7 @@ def _describe(gpu: GpuInfo) -> None:
         gpu.architecture = gpu.architecture or driver_name(spec.architecture)
         gpu.product_class = spec.product_class
     else:
-        from gpulab.compat.gpu_names import product_class
-        from gpulab.compat.legacy import architecture_for_pci_id
+        from gpulab.compat import architecture_for_pci_id, product_class
 
         gpu.product_class = product_class(gpu.name, gpu.product_brand)
         # Drivers before R450 report no architecture: the PCI id's chip family names it.
@@ -41,7 +40,7 @@ def _describe(gpu: GpuInfo) -> None:
         gpu.architecture = gpu.architecture or (driver_name(found) if found else None)
     if gpu.compute_capability is None:
         # Used only when the matrix cannot say: an architecture whose chips all have one compute capability.
-        from gpulab.compat.legacy import sole_compute_capability
+        from gpulab.compat import sole_compute_capability
 
         gpu.compute_capability = sole_compute_capability(gpu.architecture)
 

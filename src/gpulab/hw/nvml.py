@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.compat.architectures import NVML_ARCHITECTURES, driver_name
+from gpulab.compat import NVML_ARCHITECTURES, driver_name
 from gpulab.errors import GpulabError
 from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
 from gpulab.hw.smi_xml import normalise_bus_id, split_pci_id

@@ -4,3 +4,23 @@
 from gpulab.report.io import ReportError, default_report_path, load_report, write_report
 
 __all__ = ["ReportError", "default_report_path", "load_report", "write_report"]
+
+# Besides this face, the modules other packages may import (tests/test_import_graph.py holds every import to them).
+DOORS: tuple[str, ...] = (
+    "append",
+    "commands",
+    "compare",
+    "compare_render",
+    "database",
+    "formatting",
+    "hostload",
+    "io",
+    "markdown",
+    "plots",
+    "render",
+    "scaling",
+    "spread",
+    "templating",
+    "timeline",
+    "views",
+)

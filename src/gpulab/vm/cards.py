@@ -7,8 +7,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from gpulab.compat.gpu_names import CONSUMER, product_class
-from gpulab.compat.rules import newest_branch_for_arch
+from gpulab.compat import CONSUMER, newest_branch_for_arch, product_class
 from gpulab.vm.checks import FAIL, OK, WARN, Check
 from gpulab.vm.connection import is_local
 from gpulab.vm.host import Gpu, Host

@@ -34,3 +34,19 @@ __all__ = [
     "build",
     "default_sizes",
 ]
+
+# Besides this face, the modules other packages may import (tests/test_import_graph.py holds every import to them).
+DOORS: tuple[str, ...] = (
+    "base",
+    "checking",
+    "common",
+    "data",
+    "precision_plan",
+    "recipes",
+    "registry",
+    "stand_ins",
+    "tf",
+    "tf.classifiers",
+    "tf.common",
+    "torch_precision",
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpulab.checks.health.modes import elsewhere, vgpu_slice, whole_gpu_notice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, product_class, skipped
-from gpulab.compat.gpu_names import DATA_CENTRE
+from gpulab.compat import DATA_CENTRE
 from gpulab.records import Check, GpuInfo
 
 # Clock-event reasons that are expected and harmless on an idle GPU.

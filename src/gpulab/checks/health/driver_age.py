@@ -8,9 +8,7 @@ import dataclasses
 import shlex
 from dataclasses import dataclass
 
-from gpulab.compat import current, driver_branch, plan_stack
-from gpulab.compat.legacy import ARCH_CC, newest_stack
-from gpulab.compat.rules import normalize_arch
+from gpulab.compat import ARCH_CC, current, driver_branch, newest_stack, normalize_arch, plan_stack
 from gpulab.errors import GpulabError
 
 

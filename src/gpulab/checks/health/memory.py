@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpulab.checks.health.modes import elsewhere, vgpu_slice
 from gpulab.checks.health.verdict import LIVE_SOURCE, failed, gpu_label, passed, product_class, skipped
-from gpulab.compat.gpu_names import CONSUMER, DATA_CENTRE
+from gpulab.compat import CONSUMER, DATA_CENTRE
 from gpulab.records import Check, GpuInfo
 
 

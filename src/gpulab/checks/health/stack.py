@@ -9,7 +9,7 @@ from gpulab import compat
 from gpulab.checks.health import driver_age
 from gpulab.checks.health.modes import vgpu_host
 from gpulab.checks.health.verdict import failed, passed, reporter, skipped
-from gpulab.compat.gpus import gpu_for
+from gpulab.compat import gpu_for
 from gpulab.errors import GpulabError
 from gpulab.records import Check, Fingerprint, GpuInfo, SoftwareInfo
 
@@ -186,7 +186,7 @@ def _too_old_for_today(fp: Fingerprint, not_judged: list[str]) -> dict[str, tupl
 
 
 def _newest(architecture: str, compute_capability: str | None = None) -> str:
-    from gpulab.compat.legacy import newest_stack
+    from gpulab.compat import newest_stack
 
     try:
         return newest_stack(architecture, compute_capability).text()
@@ -196,14 +196,14 @@ def _newest(architecture: str, compute_capability: str | None = None) -> str:
 
 def _own_cc(gpu: GpuInfo) -> str | None:
     """The GPU's compute capability: the matrix's, else its chip's by PCI id (a GK104 Kepler is 3.0)."""
-    from gpulab.compat.legacy import compute_capability_for_pci_id
+    from gpulab.compat import compute_capability_for_pci_id
 
     return gpu.compute_capability or compute_capability_for_pci_id(gpu.pci_device_id)
 
 
 def _current_arch(architecture: str) -> bool:
     """The newest driver branch still supports the architecture (unknown names count as current)."""
-    from gpulab.compat.legacy import newest_stack
+    from gpulab.compat import newest_stack
 
     try:
         return newest_stack(architecture).current

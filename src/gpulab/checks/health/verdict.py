@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulab.compat.gpu_names import product_class as derive_class
+from gpulab.compat import product_class as derive_class
 from gpulab.records import CAPTURE_SOURCE_PREFIX, Check, Fingerprint, GpuInfo
 
 LIVE_SOURCE = "NVML"
