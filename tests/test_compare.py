@@ -14,8 +14,8 @@ from gpulab.errors import GpulabError
 from gpulab.records import Result
 from gpulab.report import commands
 from gpulab.report.compare import compare, parse_threshold
-from gpulab.report.compare_fingerprint import fingerprint_notes
-from gpulab.report.compare_render import to_text
+from gpulab.report.compare.fingerprint import fingerprint_notes
+from gpulab.report.compare.render import to_text
 from gpulab.report.io import write_report
 from report_builders import sample_report, scaled
 

@@ -206,7 +206,7 @@ def _windowed(report, factor: float, jitter: float):
 
 def test_a_row_regresses_when_the_interval_of_its_ratio_lies_below_the_band_not_its_median():
     from gpulab.report.compare import compare
-    from gpulab.report.compare_render import to_text
+    from gpulab.report.compare.render import to_text
 
     base = load_report(H100)
     noisy = load_report(H100)

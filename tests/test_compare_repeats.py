@@ -14,7 +14,7 @@ from gpulab.cli import main
 from gpulab.records import Report, Result
 from gpulab.report.append import append_results
 from gpulab.report.compare import compare
-from gpulab.report.compare_render import to_text
+from gpulab.report.compare.render import to_text
 from gpulab.report.io import load_report, write_report
 from report_builders import sample_report
 

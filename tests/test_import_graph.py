@@ -169,7 +169,7 @@ def test_no_package_imports_one_above_it():
 )
 def test_edges_read_from_source(source: str, edges: set[str]):
     tree = ast.parse(source)
-    assert {t for node in ast.walk(tree) for t in _targets("gpulab.report.compare", node)} == edges
+    assert {t for node in ast.walk(tree) for t in _targets("gpulab.report.judge", node)} == edges
 
 
 def test_the_checks_would_catch_a_cycle_and_an_upward_edge():
@@ -219,5 +219,5 @@ def test_every_door_is_a_module_of_its_package_that_others_use():
 
 
 def test_a_module_behind_the_doors_is_found():
-    graph = {"gpulab.cli": {"gpulab.report.compare_rows", "gpulab.report.io", "gpulab.report"}}
-    assert through_other_doors(graph) == ["gpulab.cli -> gpulab.report.compare_rows"]
+    graph = {"gpulab.cli": {"gpulab.report.compare.rows", "gpulab.report.io", "gpulab.report"}}
+    assert through_other_doors(graph) == ["gpulab.cli -> gpulab.report.compare.rows"]

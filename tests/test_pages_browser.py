@@ -55,7 +55,7 @@ def test_the_validation_page_of_a_real_run_shows_its_verdict_first(tmp_path):
 
 
 def test_the_compare_page_of_three_runs_shows_its_verdict_first(tmp_path):
-    from gpulab.report.compare_page import to_html as compare_html
+    from gpulab.report.compare.page import to_html as compare_html
 
     page = tmp_path / "compare.html"
     page.write_text(compare_html(compare([(p.name, load_report(p)) for p in REPEATS])))

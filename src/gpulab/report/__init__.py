@@ -10,7 +10,7 @@ DOORS: tuple[str, ...] = (
     "append",
     "commands",
     "compare",
-    "compare_render",
+    "compare.render",
     "database",
     "formatting",
     "hostload",

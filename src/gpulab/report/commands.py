@@ -182,7 +182,8 @@ def _prices(texts: list[str], labels: list[str], paths: list[str]) -> dict[int, 
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gpulab.report import compare_page, compare_render
+    from gpulab.report.compare import page as compare_page
+    from gpulab.report.compare import render as compare_render
 
     baselines: Baselines = args.baselines
     threshold = parse_threshold(args.threshold)

@@ -456,7 +456,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lab.messages.append(f"report views not written ({err}); render them with `gpulab report {path}`")
     if lab.options.baseline is not None and not interrupted:
         from gpulab.report.compare import compare, parse_threshold
-        from gpulab.report.compare_render import to_text
+        from gpulab.report.compare.render import to_text
         from gpulab.report.io import load_report
 
         try:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.report.compare import Comparison, short_labels
-from gpulab.report.compare_plots import ratio_chart, trend_chart
-from gpulab.report.compare_render import labels_of, sections
+from gpulab.report.compare.comparison import Comparison, short_labels
+from gpulab.report.compare.plots import ratio_chart, trend_chart
+from gpulab.report.compare.render import labels_of, sections
 from gpulab.report.templating import render
 
 

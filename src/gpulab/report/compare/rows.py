@@ -12,7 +12,7 @@ from typing import Any
 
 from gpulab.records import Spread
 from gpulab.report import spread
-from gpulab.report.compare_keys import KEY_FIELDS, ResultKey
+from gpulab.report.compare.keys import KEY_FIELDS, ResultKey
 from gpulab.report.formatting import num, ratio_pct
 
 

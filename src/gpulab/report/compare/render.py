@@ -1,5 +1,5 @@
 """A comparison as sections (mode and speedups first), rendered as text or Markdown; the HTML page
-(`gpulab.report.compare_page`) renders the same sections from a template."""
+(`gpulab.report.compare.page`) renders the same sections from a template."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
-from gpulab.report.compare import MEDIAN_NOTE, Comparison, short_labels
-from gpulab.report.compare_keys import key_text
-from gpulab.report.compare_rows import ratio_cell
+from gpulab.report.compare.comparison import MEDIAN_NOTE, Comparison, short_labels
+from gpulab.report.compare.keys import key_text
+from gpulab.report.compare.rows import ratio_cell
 from gpulab.report.formatting import name_list, num, ratio_pct
 from gpulab.report.markdown import md_table, md_text
 

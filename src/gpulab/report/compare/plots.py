@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from gpulab.report.compare import Comparison
-from gpulab.report.compare_keys import key_text
+from gpulab.report.compare.comparison import Comparison
+from gpulab.report.compare.keys import key_text
 from gpulab.report.judge import SIDE_NAMES
 from gpulab.report.plots import new_figure
 from gpulab.report.templating import Markup, svg_figure

@@ -25,9 +25,10 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.records import Check, Report, Result
-from gpulab.report import compare_host, judge
-from gpulab.report.compare_fingerprint import cpu_kind, fingerprint_notes, gpu_models, vm_sides
-from gpulab.report.compare_keys import (
+from gpulab.report import judge
+from gpulab.report.compare import host as compare_host
+from gpulab.report.compare.fingerprint import cpu_kind, fingerprint_notes, gpu_models, vm_sides
+from gpulab.report.compare.keys import (
     ResultKey,
     ScalingRow,
     SpeedupRow,
@@ -41,7 +42,7 @@ from gpulab.report.compare_keys import (
     scaling_rows,
     speedup_rows,
 )
-from gpulab.report.compare_rows import CheckRow, Row
+from gpulab.report.compare.rows import CheckRow, Row
 from gpulab.report.contention import measured, report_contention, report_unsteady
 from gpulab.report.formatting import num, ratio_pct
 

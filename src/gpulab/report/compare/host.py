@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gpulab.report.compare_keys import ResultKey, key_text
+from gpulab.report.compare.keys import ResultKey, key_text
 from gpulab.report.formatting import ratio_pct
 from gpulab.report.judge import SIDE_NAMES
 
