@@ -10,7 +10,7 @@ import pytest
 
 from gpulab.checks import health, occupancy
 from gpulab.errors import GpulabError
-from gpulab.hw.smi_xml import parse_capture_text
+from gpulab.hw.smi.xml import parse_capture_text
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.checks import containers
-from gpulab.hw.smi_xml import parse_smi_xml
+from gpulab.hw.smi.xml import parse_smi_xml
 from gpulab.records import GpuInfo
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200x4-firecracker" / "nvidia-smi-q-x.xml"

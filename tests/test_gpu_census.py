@@ -18,7 +18,7 @@ import yaml
 
 from gpulab.checks import occupancy
 from gpulab.hw import gpu_census
-from gpulab.hw.smi_xml import parse_smi_xml
+from gpulab.hw.smi.xml import parse_smi_xml
 from playbook import REPO, ansible_env, ansible_playbook
 from provision.inventory import chroot_inventory, require_ansible
 

@@ -14,7 +14,7 @@ from gpulab import compat
 from gpulab.checks import health
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.hw.smi_xml import parse_capture_text
+from gpulab.hw.smi.xml import parse_capture_text
 from gpulab.records import Check, EccErrors, Fingerprint, GpuInfo, MigDevice, PcieLink
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.hw.smi_nvlink import parse_nvlink
-from gpulab.hw.smi_topo import parse_topo, parse_topo_text
-from gpulab.hw.smi_xml import normalise_bus_id, parse_capture_text, parse_smi_xml, parse_smi_xml_text, split_pci_id
+from gpulab.hw.smi.nvlink import parse_nvlink
+from gpulab.hw.smi.topo import parse_topo, parse_topo_text
+from gpulab.hw.smi.xml import normalise_bus_id, parse_capture_text, parse_smi_xml, parse_smi_xml_text, split_pci_id
 
 FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
 XML = FIX / "nvidia-smi-q-x.xml"

@@ -35,7 +35,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.hw import cuda_visible, nvml
 from gpulab.hw.gpu_census import MEMORY_FLOOR_MIB, MEMORY_SHARE, UNKNOWN, smi_number, smi_text
-from gpulab.hw.smi_xml import process_type
+from gpulab.hw.smi.xml import process_type
 from gpulab.records import Check, GpuInfo
 
 CHECK_FREE = "occupancy.gpus_free"
@@ -247,7 +247,7 @@ def _int(node: ET.Element | None, path: str) -> int | None:
 
 
 def _captured(node: ET.Element, gpu: GpuInfo) -> GpuLook:
-    # Pre-2013 drivers: <memory_usage> and <compute_processes> (see gpulab.hw.smi_xml).
+    # Pre-2013 drivers: <memory_usage> and <compute_processes> (see gpulab.hw.smi.xml).
     memory = "fb_memory_usage" if node.find("fb_memory_usage") is not None else "memory_usage"
     used = _int(node, f"{memory}/used")
     util = smi_number(node, "utilization/gpu_util")

@@ -8,9 +8,9 @@ from pathlib import Path
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
 from gpulab.hw.host import host_info
-from gpulab.hw.smi_nvlink import parse_nvlink
-from gpulab.hw.smi_topo import Topology, parse_topo
-from gpulab.hw.smi_xml import read_capture
+from gpulab.hw.smi.nvlink import parse_nvlink
+from gpulab.hw.smi.topo import Topology, parse_topo
+from gpulab.hw.smi.xml import read_capture
 from gpulab.hw.software import software_info
 from gpulab.records import CAPTURE_SOURCE_PREFIX, Fingerprint, GpuInfo, HostInfo, SoftwareInfo
 

@@ -17,7 +17,7 @@ from typing import Any
 from gpulab.compat import NVML_ARCHITECTURES, driver_name
 from gpulab.errors import GpulabError
 from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
-from gpulab.hw.smi_xml import normalise_bus_id, split_pci_id
+from gpulab.hw.smi.xml import normalise_bus_id, split_pci_id
 from gpulab.records import EccErrors, GpuInfo, MemoryRetirement, MigDevice, NvLinkInfo, PcieLink
 
 ABSENT = "no NVIDIA GPU/driver found: "
