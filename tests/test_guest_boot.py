@@ -141,7 +141,7 @@ def _two_node_host(conn: Any) -> Any:
     from gpulab import vm
 
     fake_host = vm.discover_host(fake.connect("p100x4"), fake.sysfs("p100x4"))
-    nodes = (vm.NumaNode(0, (0,)), vm.NumaNode(1, (1,)))
+    nodes = (vm.NumaCell(0, (0,)), vm.NumaCell(1, (1,)))
     memory = int(conn.getInfo()[1])
     return dataclasses.replace(fake_host, uri=str(conn.getURI()), numa=nodes, siblings={}, cpus=2, memory_mib=memory)
 

@@ -221,3 +221,15 @@ def test_every_door_is_a_module_of_its_package_that_others_use():
 def test_a_module_behind_the_doors_is_found():
     graph = {"gpulab.cli": {"gpulab.report.compare.rows", "gpulab.report.io", "gpulab.report"}}
     assert through_other_doors(graph) == ["gpulab.cli -> gpulab.report.compare.rows"]
+
+
+def test_one_name_is_one_concept():
+    """No two modules declare a public class of one name (two `Check`s, two `NumaNode`s were two concepts). The
+    workloads' `Settings` are one concept: each workload's own knobs."""
+    declared: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and path.name != "__init__.py":
+                declared.setdefault(node.name, []).append(module)
+    twice = {name: where for name, where in declared.items() if len(where) > 1 and name != "Settings"}
+    assert twice == {}

@@ -305,10 +305,10 @@ def test_an_empty_cuda_visible_devices_hiding_every_gpu_fails(h200s):
 
 def test_cuda_visible_devices_leaving_fewer_than_expected_fails(h200s):
     from gpulab.hw.cuda_visible import visible_to_cuda
-    from gpulab.validation.session import select_gpus
+    from gpulab.validation.session import gpus_for_option
 
     env = "1,9,2"  # CUDA stops at the 9
-    selected = select_gpus(visible_to_cuda(h200s, env), "all")
+    selected = gpus_for_option(visible_to_cuda(h200s, env), "all")
     check = occupancy.gpus_selected(h200s, selected, env_value=env, spec="all", expect=4)
     assert check.status == "fail"
     assert "only 1 of the --expect-gpus 4 are tested: CUDA_VISIBLE_DEVICES='1,9,2' hides GPUs 0, 2, 3" in check.message

@@ -20,7 +20,7 @@ from gpulab.hw.discover import fingerprint
 from gpulab.report import contention, views
 from gpulab.report.io import load_report
 from gpulab.validation.plugin import EXIT_INCONCLUSIVE
-from gpulab.validation.session import select_gpus
+from gpulab.validation.session import gpus_for_option
 from report_builders import quiet_proc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,11 +313,11 @@ def test_interrupted_run_still_writes_its_report(tmp_path, stop, sigint):
 
 def test_gpu_selection():
     fp = fingerprint(smi_xml=FIX / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    assert [g.index for g in select_gpus(fp.gpus, "all")] == [0, 1, 2, 3]
-    assert [g.index for g in select_gpus(fp.gpus, "2")] == [0, 1]
-    assert [g.index for g in select_gpus(fp.gpus, "3,1")] == [3, 1]
+    assert [g.index for g in gpus_for_option(fp.gpus, "all")] == [0, 1, 2, 3]
+    assert [g.index for g in gpus_for_option(fp.gpus, "2")] == [0, 1]
+    assert [g.index for g in gpus_for_option(fp.gpus, "3,1")] == [3, 1]
     with pytest.raises(GpulabError, match="indices: 0, 1, 2, 3"):
-        select_gpus(fp.gpus, "4,")
+        gpus_for_option(fp.gpus, "4,")
     uuid2 = fp.gpus[2].uuid
     assert [g.index for g in visible_to_cuda(fp.gpus, f"{uuid2},0")] == [2, 0]
     assert [g.index for g in visible_to_cuda(fp.gpus, "1,9,2")] == [1]

@@ -44,7 +44,7 @@ MAX_RECORD_BYTES = 64 << 20
 
 
 @dataclass
-class Session:
+class StudySession:
     """One `run` or `resume` of a study."""
 
     run_ids: list[str]
@@ -167,7 +167,7 @@ def run_study(
     command: str | None = None,
     trust_pickles: bool = False,
     say: Callable[[str], None] | None = None,
-) -> Session:
+) -> StudySession:
     """Run the study's missing runs; every run (failed ones too) becomes a row of the database. The directory is
     this process's while it runs (studies.lock): a second `run`/`resume` of it is refused."""
     study_dir = Path(study_dir).resolve()
@@ -200,12 +200,12 @@ def _run_owned(
     scheduler: str | None,
     progress: Progress | None,
     command: str | None,
-) -> Session:
+) -> StudySession:
     todo, total = missing_sets(study, df)
     write_json_atomic(study_dir / STUDY_JSON, study_record(study))
     _write_document(study_dir / STUDY_YML, study)
     started, clock = time.time(), time.perf_counter()
-    session = Session([], started, 0.0, [], len(todo), 0, 0, scheduler or "local")
+    session = StudySession([], started, 0.0, [], len(todo), 0, 0, scheduler or "local")
     if not todo:
         if len(df):
             merge_database(study_dir, df)  # rows the runs saved after the last session ended join the record
@@ -270,7 +270,7 @@ def _client(scheduler: str | None, chosen: list[cluster.Slot] | None) -> Iterato
 
 
 @contextlib.contextmanager
-def _sampling(chosen: list[cluster.Slot] | None, session: Session) -> Iterator[None]:
+def _sampling(chosen: list[cluster.Slot] | None, session: StudySession) -> Iterator[None]:
     """NVML utilisation, memory and power of this machine's study GPUs while the runs go (per GPU, in the session)."""
     indices = sorted({i for i in (packing.gpu_index(s.name) for s in chosen or [] if s.gpu) if i is not None})
     if not indices:
@@ -290,7 +290,7 @@ def _sampling(chosen: list[cluster.Slot] | None, session: Session) -> Iterator[N
             session.gpu_timeline = jsonable(summary.timeline)
 
 
-def _count(session: Session, df: Any, started: float) -> None:
+def _count(session: StudySession, df: Any, started: float) -> None:
     if not len(df) or "_time_utc" not in df.columns:
         return
     import pandas as pd
@@ -303,7 +303,7 @@ def _count(session: Session, df: Any, started: float) -> None:
     session.failed = sum(1 for s in status if s == "failed")
 
 
-def _close(study_dir: Path, session: Session, clock: float) -> Session:
+def _close(study_dir: Path, session: StudySession, clock: float) -> StudySession:
     session.wall_s = round(time.perf_counter() - clock, 3)
     path = study_dir / SESSIONS_JSON
     sessions = read_sessions(study_dir)

@@ -33,7 +33,7 @@ from gpulab.validation.baselines import cpu_rows as cpu_rows
 from gpulab.validation.baselines import measured_rows as measured_rows
 from gpulab.validation.baselines import one_gpu_baseline as one_gpu_baseline
 from gpulab.validation.pending_reboot import pending_reboot
-from gpulab.validation.session import Lab, Options, select_gpus, write_run_record
+from gpulab.validation.session import Lab, Options, gpus_for_option, write_run_record
 from gpulab.validation.suite_progress import SuiteProgress
 
 LAB_KEY = pytest.StashKey[Lab]()
@@ -161,7 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
         base = discover(smi_xml=opts.from_xml, topo_file=opts.topo_file, probe_frameworks=False)
         # This machine's CUDA_VISIBLE_DEVICES says nothing about a captured host's GPUs.
         env = os.environ.get("CUDA_VISIBLE_DEVICES") if opts.from_xml is None else None
-        gpus = select_gpus(cuda_visible.visible_to_cuda(base.gpus, env), opts.gpus)
+        gpus = gpus_for_option(cuda_visible.visible_to_cuda(base.gpus, env), opts.gpus)
     except GpulabError as err:
         raise pytest.UsageError(str(err)) from err
     # Before any framework or probe touches a GPU: what else occupies the selected ones. An xdist worker's

@@ -73,7 +73,7 @@ class RunRecord:
         }
 
 
-def select_gpus(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
+def gpus_for_option(gpus: list[GpuInfo], spec: str) -> list[GpuInfo]:
     """Resolve `--gpus`: "all"; a number N, the first N GPUs; or NVML indices with a comma, "0,2" or "3,"."""
     text = spec.strip().lower()
     if text in ("", "all"):

@@ -28,11 +28,11 @@ has no IOMMU/VFIO and how to enable it. Templates: `render(template, **context)`
 from __future__ import annotations
 
 from gpulab.vm.connection import DEFAULT_URI, connect
-from gpulab.vm.host import Gpu, Host, NumaNode, discover_host
+from gpulab.vm.host import Gpu, Host, NumaCell, discover_host
 from gpulab.vm.lifecycle import Outcome, define, destroy, start, undefine
 from gpulab.vm.network import ensure_network, render_network
 from gpulab.vm.pci import PciAddress
-from gpulab.vm.plan import Check, Plan, plan
+from gpulab.vm.plan import Plan, PlanCheck, plan
 from gpulab.vm.rendering import render
 from gpulab.vm.seed import Seed, build_seed_iso, render_seed
 from gpulab.vm.select import select_gpus
@@ -40,17 +40,17 @@ from gpulab.vm.spec import CloudInitSpec, DiskSpec, KernelBoot, NetworkSpec, VmS
 
 __all__ = [
     "DEFAULT_URI",
-    "Check",
     "CloudInitSpec",
     "DiskSpec",
     "Gpu",
     "Host",
     "KernelBoot",
     "NetworkSpec",
-    "NumaNode",
+    "NumaCell",
     "Outcome",
     "PciAddress",
     "Plan",
+    "PlanCheck",
     "Seed",
     "VmSpec",
     "build_seed_iso",

@@ -8,7 +8,7 @@ import stat
 from collections.abc import Sequence
 
 from gpulab.compat import CONSUMER, newest_branch_for_arch, product_class
-from gpulab.vm.checks import FAIL, OK, WARN, Check
+from gpulab.vm.checks import FAIL, OK, WARN, PlanCheck
 from gpulab.vm.connection import is_local
 from gpulab.vm.host import Gpu, Host
 from gpulab.vm.nodedev import PciDevice
@@ -50,17 +50,17 @@ def kvm_hidden(spec: VmSpec, gpus: Sequence[Gpu]) -> bool:
     return spec.domain_type == "kvm" and any(needs_hidden_kvm(spec, g) for g in gpus)
 
 
-def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
+def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[PlanCheck]:
     hidden = kvm_hidden(spec, gpus)
     if hidden and spec.domain_type != "kvm":
-        return [Check("kvm_hidden", WARN, "kvm_hidden only applies to domain_type kvm; it is ignored here.")]
+        return [PlanCheck("kvm_hidden", WARN, "kvm_hidden only applies to domain_type kvm; it is ignored here.")]
     checks = []
     for gpu in gpus:
         need = needs_hidden_kvm(spec, gpu)
         branch, source = guest_branch(spec, gpu)
         if need is None:
             checks.append(
-                Check(
+                PlanCheck(
                     "kvm_hidden",
                     WARN,
                     f"GPU {gpu.address} ({gpu.name}) is a GeForce board and its guest driver branch is unknown; "
@@ -70,7 +70,7 @@ def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
             )
         elif need and not hidden:
             checks.append(
-                Check(
+                PlanCheck(
                     "kvm_hidden",
                     WARN,
                     f"GPU {gpu.address} ({gpu.name}) with guest driver R{branch} ({source}): drivers before "
@@ -80,7 +80,7 @@ def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
             )
         elif need and spec.kvm_hidden is None:
             checks.append(
-                Check(
+                PlanCheck(
                     "kvm_hidden",
                     OK,
                     f"KVM hidden from the guest (and a Hyper-V vendor id set): GPU {gpu.address} ({gpu.name}) "
@@ -90,7 +90,7 @@ def hidden_kvm_checks(spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
     return checks
 
 
-def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check]:
+def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[PlanCheck]:
     checks = []
     released = framebuffer_released(host)
     for gpu in (g for g in gpus if g.boot_vga):
@@ -99,7 +99,7 @@ def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check
             # The firmware runs the card's option ROM at boot and may leave a modified image behind.
             rom = "" if has_rom else "; the firmware has run its ROM at boot, so give a clean dump with gpu_rom.file"
             checks.append(
-                Check(
+                PlanCheck(
                     "boot_vga",
                     WARN,
                     f"GPU {gpu.address} ({gpu.name}) is the host's boot display; {released} releases its "
@@ -108,7 +108,7 @@ def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check
             )
             continue
         checks.append(
-            Check(
+            PlanCheck(
                 "boot_vga",
                 FAIL,
                 f"GPU {gpu.address} ({gpu.name}) drives the host's console (boot_vga 1): the host's framebuffer "
@@ -120,18 +120,18 @@ def boot_vga_checks(host: Host, gpus: Sequence[Gpu], spec: VmSpec) -> list[Check
     return checks
 
 
-def rom_checks(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
+def rom_checks(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> list[PlanCheck]:
     """The ROM file QEMU will read: checked where the hypervisor runs on this machine (or is the test driver)."""
     rom = spec.gpu_rom
     if rom is None or not gpus:
         return []
     if rom.file is None:
-        return [Check("gpu_rom", OK, "the GPUs' ROM BAR is hidden from the guest (rom bar='off')")]
+        return [PlanCheck("gpu_rom", OK, "the GPUs' ROM BAR is hidden from the guest (rom bar='off')")]
     models = sorted({g.device.pci_id for g in gpus})
     checks = []
     if len(models) > 1:
         checks.append(
-            Check(
+            PlanCheck(
                 "gpu_rom",
                 FAIL,
                 f"gpu_rom.file is one card's ROM but the VM's GPUs are {', '.join(models)}; select GPUs of one "
@@ -139,13 +139,13 @@ def rom_checks(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
             )
         )
     if not (is_local(host.uri) or host.uri.startswith("test:")):
-        checks.append(Check("gpu_rom", WARN, f"gpu_rom.file {rom.file} is on the remote host; not checked here."))
+        checks.append(PlanCheck("gpu_rom", WARN, f"gpu_rom.file {rom.file} is on the remote host; not checked here."))
         return checks
     try:
         mode = os.stat(rom.file).st_mode
     except OSError as err:
         checks.append(
-            Check(
+            PlanCheck(
                 "gpu_rom",
                 FAIL,
                 f"gpu_rom.file {rom.file} cannot be read ({err.strerror}); dump the card's ROM (echo 1 > "
@@ -155,14 +155,16 @@ def rom_checks(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> list[Check]:
         return checks
     if not stat.S_ISREG(mode):
         checks.append(
-            Check("gpu_rom", FAIL, f"gpu_rom.file {rom.file} is not a regular file; give the path of the ROM image.")
+            PlanCheck(
+                "gpu_rom", FAIL, f"gpu_rom.file {rom.file} is not a regular file; give the path of the ROM image."
+            )
         )
     elif not checks:
-        checks.append(Check("gpu_rom", OK, f"the guest sees ROM image {rom.file}"))
+        checks.append(PlanCheck("gpu_rom", OK, f"the guest sees ROM image {rom.file}"))
     return checks
 
 
-def foreign_function_checks(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> list[Check]:
+def foreign_function_checks(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> list[PlanCheck]:
     """A function in a GPU's slot that is neither audio, USB nor UCSI goes to the VM only when asked for.
 
     One in the GPU's IOMMU group is already refused by the group check, which lists the group."""
@@ -173,7 +175,7 @@ def foreign_function_checks(gpus: Sequence[Gpu], extra: Sequence[PciDevice]) -> 
             if device.address in taken or device.address in gpu.device.iommu_members:
                 continue
             checks.append(
-                Check(
+                PlanCheck(
                     "companions",
                     FAIL,
                     f"GPU {gpu.address} ({gpu.name}) has {device.describe()} in its slot (IOMMU group "

@@ -8,7 +8,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 
 
 @dataclass(frozen=True)
-class Check:
+class PlanCheck:
     name: str
     status: str  # ok | warn | fail
     message: str

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpulab.errors import GpulabError
-from gpulab.vm.checks import FAIL, OK, Check
+from gpulab.vm.checks import FAIL, OK, PlanCheck
 from gpulab.vm.host import Gpu, Host
 from gpulab.vm.nodedev import PciDevice
 from gpulab.vm.select import host_gpu_listing
@@ -59,12 +59,14 @@ def partition_gpus(host: Host, spec: VmSpec) -> list[Gpu] | None:
     return sorted(gpus, key=lambda g: g.address)
 
 
-def fabric_plan(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> tuple[list[PciDevice], list[Check]]:
+def fabric_plan(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> tuple[list[PciDevice], list[PlanCheck]]:
     """The NVSwitches the VM takes, and the fabric checks."""
     mode = spec.nvswitch.mode if spec.nvswitch else None
     if not host.nvswitches:
         if mode is not None:
-            return [], [Check("nvswitch", FAIL, "nvswitch is set but this host has no NVSwitch; leave the key out.")]
+            return [], [
+                PlanCheck("nvswitch", FAIL, "nvswitch is set but this host has no NVSwitch; leave the key out.")
+            ]
         return [], []
     fabric = fabric_gpus(host)
     on_fabric = [g for g in gpus if g in fabric]
@@ -78,7 +80,7 @@ def fabric_plan(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> tuple[list[Pci
     )
     if mode == "shared":
         return [], [
-            Check(
+            PlanCheck(
                 "nvswitch",
                 OK,
                 f"shared NVSwitch partition {spec.nvswitch.partition if spec.nvswitch else '?'} "
@@ -90,7 +92,7 @@ def fabric_plan(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> tuple[list[Pci
     if not whole:
         why = "full passthrough takes every GPU of the fabric" if mode == "passthrough" else "the fabric is not set up"
         return [], [
-            Check(
+            PlanCheck(
                 "nvswitch",
                 FAIL,
                 f"this host's {len(fabric)} GPUs meet in {switches}; a VM with {len(on_fabric)} of them fails CUDA "
@@ -98,7 +100,7 @@ def fabric_plan(host: Host, spec: VmSpec, gpus: Sequence[Gpu]) -> tuple[list[Pci
             )
         ]
     return list(host.nvswitches), [
-        Check(
+        PlanCheck(
             "nvswitch",
             OK,
             f"full passthrough: all {len(fabric)} GPUs and {switches} go to the VM; install and run "

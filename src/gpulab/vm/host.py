@@ -97,7 +97,9 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class NumaNode:
+class NumaCell:
+    """A host NUMA node as libvirt's capabilities call it (a cell): its CPUs, hugepage pools and memory."""
+
     node: int
     cpus: tuple[int, ...]
     hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # page KiB -> (free, total)
@@ -113,7 +115,7 @@ class Host:
     uri: str
     devices: Mapping[PciAddress, PciDevice]
     gpus: tuple[Gpu, ...]
-    numa: tuple[NumaNode, ...]  # empty when unknown
+    numa: tuple[NumaCell, ...]  # empty when unknown
     iommu_enabled: bool | None
     vfio_modules: Mapping[str, bool] | None
     kernel_cmdline: str | None
@@ -127,7 +129,7 @@ class Host:
     def gpu_at(self, address: PciAddress) -> Gpu | None:
         return next((g for g in self.gpus if g.address == address), None)
 
-    def numa_node(self, node: int) -> NumaNode | None:
+    def numa_node(self, node: int) -> NumaCell | None:
         return next((n for n in self.numa if n.node == node), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,7 +252,7 @@ def discover_host(conn: Any, root: Path | None = None) -> Host:
         memory_by_node = sysfs.numa_memory(root) or {}
     pages = (sysfs.hugepages(root) or {}) if root is not None else {}
     numa = tuple(
-        NumaNode(node=n, cpus=cpus, hugepages=pages.get(n, {}), memory_mib=memory_by_node.get(n))
+        NumaCell(node=n, cpus=cpus, hugepages=pages.get(n, {}), memory_mib=memory_by_node.get(n))
         for n, cpus in sorted(cpus_by_node.items())
     )
     host_cpus, host_memory = _node_info(conn)

@@ -39,7 +39,7 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Topology:
+class CpuTopology:
     sockets: int
     dies: int
     cores: int  # per die
@@ -92,7 +92,7 @@ class Layout:
     pins: list[Pin] = field(default_factory=list)
     emulator_cpuset: str | None = None  # QEMU's emulator and I/O threads (housekeeping CPUs when there are any)
     vcpu_cpuset: str | None = None  # where floating vCPUs may run (kept off named housekeeping CPUs)
-    topology: Topology | None = None
+    topology: CpuTopology | None = None
     numa_nodeset: str | None = None
     memnodes: list[tuple[int, int]] = field(default_factory=list)  # (guest cell, host node)
     expanders: list[Expander] = field(default_factory=list)
@@ -138,7 +138,7 @@ def _pin_nodes(host: Host, spec: VmSpec, gpus: Sequence[Gpu], layout: Layout) ->
 
 
 def _topology(layout: Layout, sockets: int, per_socket: int, threads: int) -> None:
-    layout.topology = Topology(sockets=sockets, dies=1, cores=per_socket // threads, threads=threads)
+    layout.topology = CpuTopology(sockets=sockets, dies=1, cores=per_socket // threads, threads=threads)
 
 
 def _float(host: Host, spec: VmSpec, layout: Layout) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.vm import schema
 from gpulab.vm.cards import boot_vga_checks, foreign_function_checks, hidden_kvm_checks, kvm_hidden, rom_checks
-from gpulab.vm.checks import FAIL, OK, WARN, Check
+from gpulab.vm.checks import FAIL, OK, WARN, PlanCheck
 from gpulab.vm.connection import is_local
 from gpulab.vm.domain import Existing, digest, existing
 from gpulab.vm.fabric import fabric_plan, partition_gpus
@@ -50,18 +50,18 @@ class Plan:
     seed_path: Path | None
     disk_path: Path | None
     existing: Existing | None
-    checks: list[Check] = field(default_factory=list)
+    checks: list[PlanCheck] = field(default_factory=list)
 
     @property
     def rendered_digest(self) -> str:
         return digest(self.xml)
 
     @property
-    def failures(self) -> list[Check]:
+    def failures(self) -> list[PlanCheck]:
         return [c for c in self.checks if c.status == FAIL]
 
     @property
-    def warnings(self) -> list[Check]:
+    def warnings(self) -> list[PlanCheck]:
         return [c for c in self.checks if c.status == WARN]
 
     @property
@@ -119,44 +119,46 @@ def _extra_devices(host: Host, spec: VmSpec) -> list[PciDevice]:
     return devices
 
 
-def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> list[Check]:
-    checks: list[Check] = []
+def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> list[PlanCheck]:
+    checks: list[PlanCheck] = []
     if gpus:
         names = ", ".join(
             f"{g.address} {g.name}" + (f" (+ {', '.join(c.kind for c in g.companions)})" if g.companions else "")
             for g in gpus
         )
-        checks.append(Check("gpus", OK, f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}: {names}"))
+        checks.append(PlanCheck("gpus", OK, f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}: {names}"))
     else:
-        checks.append(Check("gpus", OK, "no GPU passed through"))
+        checks.append(PlanCheck("gpus", OK, "no GPU passed through"))
     if not gpus and not extra:
         return checks
     devices = [g.device for g in gpus] + extra
     if host.iommu_enabled is False:
         checks.append(
-            Check(
+            PlanCheck(
                 "iommu", WARN, f"the IOMMU is off on this host, so the VM can be defined but not started; {_IOMMU_FIX}."
             )
         )
     elif host.iommu_enabled is None:
         checks.append(
-            Check("iommu", WARN, "whether the IOMMU is on is unknown here (no sysfs to read); start will tell.")
+            PlanCheck("iommu", WARN, "whether the IOMMU is on is unknown here (no sysfs to read); start will tell.")
         )
     else:
-        checks.append(Check("iommu", OK, "IOMMU on"))
+        checks.append(PlanCheck("iommu", OK, "IOMMU on"))
     problems = group_problems(host, gpus, extra)
-    checks.extend(Check("iommu_groups", FAIL, p) for p in problems)
+    checks.extend(PlanCheck("iommu_groups", FAIL, p) for p in problems)
     ungrouped = [str(d.address) for d in devices if d.iommu_group is None]
     if ungrouped and host.iommu_enabled is not False:
-        checks.append(Check("iommu_groups", WARN, f"no IOMMU group reported for {', '.join(ungrouped)}."))
+        checks.append(PlanCheck("iommu_groups", WARN, f"no IOMMU group reported for {', '.join(ungrouped)}."))
     elif not problems and not ungrouped:
         groups = sorted({d.iommu_group for d in devices if d.iommu_group is not None})
-        checks.append(Check("iommu_groups", OK, f"IOMMU group(s) {', '.join(map(str, groups))} can go to the VM whole"))
+        checks.append(
+            PlanCheck("iommu_groups", OK, f"IOMMU group(s) {', '.join(map(str, groups))} can go to the VM whole")
+        )
     if host.vfio_modules is not None:
         missing = [m for m, loaded in host.vfio_modules.items() if not loaded]
         if missing:
             checks.append(
-                Check(
+                PlanCheck(
                     "vfio",
                     WARN,
                     f"{', '.join(missing)} not loaded: libvirt loads vfio-pci when the VM starts; the "
@@ -164,11 +166,11 @@ def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> 
                 )
             )
         else:
-            checks.append(Check("vfio", OK, "vfio modules loaded"))
+            checks.append(PlanCheck("vfio", OK, "vfio modules loaded"))
     for gpu in gpus:
         if gpu.driver and gpu.driver != "vfio-pci":
             checks.append(
-                Check(
+                PlanCheck(
                     "driver",
                     WARN,
                     f"GPU {gpu.address} is bound to {gpu.driver}; libvirt detaches it when the VM starts "
@@ -179,22 +181,24 @@ def _passthrough_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> 
     return checks
 
 
-def _interrupt_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> list[Check]:
+def _interrupt_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> list[PlanCheck]:
     """Interrupt remapping keeps a guest from forging interrupts into the host; VFIO refuses devices without it."""
     ir = host.interrupt_remapping
     if (not gpus and not extra) or ir is None or host.iommu_enabled is False:
         return []
     if ir.enabled is None:
-        return [Check("interrupt_remapping", WARN, f"whether interrupt remapping is on cannot be read ({ir.detail}).")]
+        return [
+            PlanCheck("interrupt_remapping", WARN, f"whether interrupt remapping is on cannot be read ({ir.detail}).")
+        ]
     if ir.enabled:
-        return [Check("interrupt_remapping", OK, f"interrupt remapping on: {ir.detail}")]
+        return [PlanCheck("interrupt_remapping", OK, f"interrupt remapping on: {ir.detail}")]
     fix = (
         "turn interrupt remapping on (VT-d/AMD-Vi with x2APIC in the firmware setup; no intremap=off or nointremap "
         "on the kernel command line)"
     )
     if ir.allow_unsafe:
         return [
-            Check(
+            PlanCheck(
                 "interrupt_remapping",
                 WARN,
                 f"interrupt remapping is off ({ir.detail}); VFIO accepts the devices only because "
@@ -203,7 +207,7 @@ def _interrupt_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> li
             )
         ]
     return [
-        Check(
+        PlanCheck(
             "interrupt_remapping",
             WARN,
             f"interrupt remapping is off ({ir.detail}), so VFIO refuses the devices when the VM starts; {fix}. "
@@ -212,7 +216,7 @@ def _interrupt_checks(host: Host, gpus: list[Gpu], extra: list[PciDevice]) -> li
     ]
 
 
-def _reset_checks(gpus: list[Gpu]) -> list[Check]:
+def _reset_checks(gpus: list[Gpu]) -> list[PlanCheck]:
     """A GPU the kernel cannot reset keeps its state across guest reboots; a reboot of the VM may hang it."""
     checks = []
     for gpu in gpus:
@@ -223,7 +227,7 @@ def _reset_checks(gpus: list[Gpu]) -> list[Check]:
             # multi-function card (a GeForce board with its audio) by resetting the slot's bus when the VM owns
             # every function, which the plan ensures (companions go along; a foreign function is refused or taken).
             checks.append(
-                Check(
+                PlanCheck(
                     "reset",
                     OK,
                     f"GPU {gpu.address} has no reset of its own (a multi-function card: no FLR, and the kernel "
@@ -233,7 +237,7 @@ def _reset_checks(gpus: list[Gpu]) -> list[Check]:
             )
         elif not gpu.reset_methods:
             checks.append(
-                Check(
+                PlanCheck(
                     "reset",
                     WARN,
                     f"GPU {gpu.address} has no reset method (sysfs shows no reset_method): the card cannot be reset "
@@ -242,7 +246,7 @@ def _reset_checks(gpus: list[Gpu]) -> list[Check]:
                 )
             )
         else:
-            checks.append(Check("reset", OK, f"GPU {gpu.address} resets by {', '.join(gpu.reset_methods)}"))
+            checks.append(PlanCheck("reset", OK, f"GPU {gpu.address} resets by {', '.join(gpu.reset_methods)}"))
     return checks
 
 
@@ -250,7 +254,7 @@ def _mib(value: int) -> str:
     return f"{value} MiB ({value / 1024:.1f} GiB)"
 
 
-def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
+def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[PlanCheck]:
     """Guest memory against the host's, and per NUMA node when it is bound to nodes (like the hugepages).
 
     Passed-through GPUs make QEMU pin all guest memory, and memory bound `strict` to a node cannot spill over,
@@ -258,7 +262,7 @@ def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
     """
     if host.memory_mib is not None and spec.memory_mib > host.memory_mib:
         return [
-            Check(
+            PlanCheck(
                 "memory",
                 FAIL,
                 f"memory_mib {_mib(spec.memory_mib)} is more than this host has, {_mib(host.memory_mib)}; "
@@ -272,7 +276,7 @@ def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
             short.append(f"NUMA node {node} has {_mib(numa.memory_mib)}, the VM needs {_mib(mib)} there")
     if short:
         return [
-            Check(
+            PlanCheck(
                 "memory",
                 FAIL,
                 f"{'; '.join(short)}. Lower memory_mib, choose GPUs on more NUMA nodes (the memory is split over "
@@ -280,34 +284,34 @@ def _memory_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
             )
         ]
     if host.memory_mib is None:
-        return [Check("memory", WARN, f"the host's memory is unknown here; the VM needs {_mib(spec.memory_mib)}.")]
-    return [Check("memory", OK, f"{_mib(spec.memory_mib)} of the host's {_mib(host.memory_mib)}")]
+        return [PlanCheck("memory", WARN, f"the host's memory is unknown here; the VM needs {_mib(spec.memory_mib)}.")]
+    return [PlanCheck("memory", OK, f"{_mib(spec.memory_mib)} of the host's {_mib(host.memory_mib)}")]
 
 
-def _vcpu_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
+def _vcpu_checks(host: Host, spec: VmSpec, layout: Layout) -> list[PlanCheck]:
     """Pinned vCPUs were fitted to their nodes' CPUs by the layout; floating ones may outnumber the host's."""
     if layout.pins or host.cpus is None:
         return []
     if spec.vcpus > host.cpus:
         return [
-            Check(
+            PlanCheck(
                 "vcpus",
                 WARN,
                 f"{spec.vcpus} vCPUs on a host with {host.cpus} CPUs: they take turns on the CPUs (overcommit), so "
                 f"each runs slower and the guest may report soft lockups; lower vcpus to at most {host.cpus}.",
             )
         ]
-    return [Check("vcpus", OK, f"{spec.vcpus} vCPUs of the host's {host.cpus} CPUs, not pinned")]
+    return [PlanCheck("vcpus", OK, f"{spec.vcpus} vCPUs of the host's {host.cpus} CPUs, not pinned")]
 
 
-def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
+def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[PlanCheck]:
     if not spec.hugepages:
         return []
     page_kib = spec.hugepage_kib
     pages_needed = spec.memory_mib * 1024 // page_kib
     if not host.numa or all(not n.hugepages for n in host.numa):
         return [
-            Check(
+            PlanCheck(
                 "hugepages",
                 WARN,
                 f"free {spec.hugepage_size} hugepages cannot be read here; {pages_needed} are needed.",
@@ -328,7 +332,7 @@ def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
             )
             node, free, pages = short[0]
             return [
-                Check(
+                PlanCheck(
                     "hugepages",
                     FAIL,
                     f"{lacking}. Reserve more (e.g. echo {pages} > {reserve.format(node=node)}, or "
@@ -336,11 +340,11 @@ def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
                 )
             ]
         detail = ", ".join(f"node {n}: {p}" for n, p in sorted(wanted.items()))
-        return [Check("hugepages", OK, f"{spec.hugepage_size} hugepages free ({detail})")]
+        return [PlanCheck("hugepages", OK, f"{spec.hugepage_size} hugepages free ({detail})")]
     free_total = sum(n.free_pages(page_kib) or 0 for n in host.numa)
     if free_total < pages_needed:
         return [
-            Check(
+            PlanCheck(
                 "hugepages",
                 FAIL,
                 f"{free_total} free {spec.hugepage_size} pages on the host, the VM needs "
@@ -348,10 +352,10 @@ def _hugepage_checks(host: Host, spec: VmSpec, layout: Layout) -> list[Check]:
                 f"{spec.hugepage_size} hugepages={pages_needed} on the kernel command line) or turn hugepages off.",
             )
         ]
-    return [Check("hugepages", OK, f"{pages_needed} of {free_total} free {spec.hugepage_size} hugepages")]
+    return [PlanCheck("hugepages", OK, f"{pages_needed} of {free_total} free {spec.hugepage_size} hugepages")]
 
 
-def _file_checks(host: Host, spec: VmSpec) -> list[Check]:
+def _file_checks(host: Host, spec: VmSpec) -> list[PlanCheck]:
     """Files the hypervisor will open; only checkable when it runs on this machine."""
     if not is_local(host.uri):
         return []
@@ -363,22 +367,26 @@ def _file_checks(host: Host, spec: VmSpec) -> list[Check]:
     checks = []
     for key, path in wanted:
         if path is not None and not path.is_file():
-            checks.append(Check("files", FAIL, f"{key}: {path} does not exist."))
+            checks.append(PlanCheck("files", FAIL, f"{key}: {path} does not exist."))
     return checks
 
 
-def _network_checks(conn: Any, spec: VmSpec) -> list[Check]:
+def _network_checks(conn: Any, spec: VmSpec) -> list[PlanCheck]:
     if spec.network is None:
         return []
     state = network_state(conn, spec.network.name)
     if state.exists:
         return [
-            Check("network", OK, f"network {spec.network.name} exists{'' if state.active else ' (started at start)'}")
+            PlanCheck(
+                "network", OK, f"network {spec.network.name} exists{'' if state.active else ' (started at start)'}"
+            )
         ]
     if spec.network.create:
-        return [Check("network", OK, f"isolated network {spec.network.name} ({spec.network.address}) will be created")]
+        return [
+            PlanCheck("network", OK, f"isolated network {spec.network.name} ({spec.network.address}) will be created")
+        ]
     return [
-        Check(
+        PlanCheck(
             "network",
             FAIL,
             f"libvirt network {spec.network.name!r} does not exist; create it, or give "
@@ -387,15 +395,15 @@ def _network_checks(conn: Any, spec: VmSpec) -> list[Check]:
     ]
 
 
-def _schema_check(xml: str) -> Check:
+def _schema_check(xml: str) -> PlanCheck:
     if not schema.available():
-        return Check(
+        return PlanCheck(
             "schema", WARN, f"{schema.TOOL} not installed ({schema.INSTALL_HINT}); libvirt validates at define."
         )
     problems = schema.schema_errors(xml, "domain")
     if problems:
-        return Check("schema", FAIL, "the rendered XML does not match libvirt's schema: " + "; ".join(problems))
-    return Check("schema", OK, "the XML validates against libvirt's domain schema")
+        return PlanCheck("schema", FAIL, "the rendered XML does not match libvirt's schema: " + "; ".join(problems))
+    return PlanCheck("schema", OK, "the XML validates against libvirt's domain schema")
 
 
 def _select(host: Host, spec: VmSpec, extra: list[PciDevice]) -> list[Gpu]:
@@ -479,10 +487,10 @@ def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = 
     checks += boot_vga_checks(host, gpus, spec)
     checks += hidden_kvm_checks(spec, gpus)
     checks += rom_checks(host, spec, gpus)
-    checks += [Check("layout", OK, note) for note in layout.notes]
-    checks += [Check("layout", WARN, warning) for warning in layout.warnings]
-    checks += [Check("p2p", OK, note) for note in layout.p2p_notes]
-    checks += [Check("p2p", WARN, warning) for warning in layout.p2p_warnings]
+    checks += [PlanCheck("layout", OK, note) for note in layout.notes]
+    checks += [PlanCheck("layout", WARN, warning) for warning in layout.warnings]
+    checks += [PlanCheck("p2p", OK, note) for note in layout.p2p_notes]
+    checks += [PlanCheck("p2p", WARN, warning) for warning in layout.p2p_warnings]
     checks += _vcpu_checks(host, spec, layout)
     checks += _memory_checks(host, spec, layout)
     checks += _hugepage_checks(host, spec, layout)
@@ -490,10 +498,12 @@ def plan(conn: Any, spec: VmSpec, host: Host | None = None, root: Path | None = 
     checks += _network_checks(conn, spec)
     checks.append(_schema_check(xml))
     if current is None:
-        checks.append(Check("domain", OK, f"{spec.name} is not defined yet; define creates it"))
+        checks.append(PlanCheck("domain", OK, f"{spec.name} is not defined yet; define creates it"))
     elif result.up_to_date:
-        checks.append(Check("domain", OK, f"{spec.name} is defined exactly like this; define changes nothing"))
+        checks.append(PlanCheck("domain", OK, f"{spec.name} is defined exactly like this; define changes nothing"))
     else:
-        checks.append(Check("domain", OK, f"{spec.name} is defined differently; define updates it and shows the diff"))
+        checks.append(
+            PlanCheck("domain", OK, f"{spec.name} is defined differently; define updates it and shows the diff")
+        )
     result.checks = checks
     return result

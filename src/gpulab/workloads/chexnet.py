@@ -15,8 +15,8 @@ from gpulab.workloads.common import (
     OwnOptimizer,
     Params,
     Task,
+    batch_and_steps,
     build_classifier,
-    check_config,
     choose_optimizer,
 )
 from gpulab.workloads.pretrained import Start
@@ -58,7 +58,7 @@ class Settings:
 def settings(cfg: RunConfig) -> Settings:
     """Check `cfg` and its params for chexnet; every problem is a GpulabError naming the param."""
     p = Params("chexnet", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
+    batch, steps = batch_and_steps(cfg, SIZES)
     crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
     lr = p.number("learning_rate", above=True)
     begin = pretrained.start("chexnet", p.raw("pretrained"), "densenet121", "classifier.")

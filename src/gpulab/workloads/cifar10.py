@@ -14,8 +14,8 @@ from gpulab.workloads.common import (
     OwnOptimizer,
     Params,
     Task,
+    batch_and_steps,
     build_classifier,
-    check_config,
     choose_optimizer,
 )
 from gpulab.workloads.registry import Workload
@@ -60,7 +60,7 @@ class Settings:
 def settings(cfg: RunConfig) -> Settings:
     """Check `cfg` and its params for cifar10; every problem is a GpulabError naming the param."""
     p = Params("cifar10", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
+    batch, steps = batch_and_steps(cfg, SIZES)
     return Settings(
         batch, steps, p.number("learning_rate", above=True), p.number("momentum", maximum=1.0), p.number("weight_decay")
     )

@@ -19,7 +19,7 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 
 
-def check_config(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+def batch_and_steps(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
     """Validate the generic fields and return (batch, steps): the config's, or the size's defaults."""
     names.precision(cfg.precision, training=True, who=cfg.workload)
     names.size(cfg.size, who=cfg.workload)

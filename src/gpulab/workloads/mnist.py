@@ -13,8 +13,8 @@ from gpulab.workloads.common import (
     OwnOptimizer,
     Params,
     Task,
+    batch_and_steps,
     build_classifier,
-    check_config,
     choose_optimizer,
 )
 from gpulab.workloads.registry import Workload
@@ -57,7 +57,7 @@ class Settings:
 def settings(cfg: RunConfig) -> Settings:
     """Check `cfg` and its params for mnist; every problem is a GpulabError naming the param."""
     p = Params("mnist", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
+    batch, steps = batch_and_steps(cfg, SIZES)
     optimizer = p.choice("optimizer", ("adadelta", "sgd"))
     lr = p.number("learning_rate", above=True) if p.raw("learning_rate") is not None else None
     return Settings(batch, steps, optimizer, lr or (1.0 if optimizer == "adadelta" else 0.01))

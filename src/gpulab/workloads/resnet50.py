@@ -18,8 +18,8 @@ from gpulab.workloads.common import (
     OwnOptimizer,
     Params,
     Task,
+    batch_and_steps,
     build_classifier,
-    check_config,
     choose_optimizer,
 )
 from gpulab.workloads.pretrained import Start
@@ -57,7 +57,7 @@ class Settings:
 def settings(cfg: RunConfig) -> Settings:
     """Check `cfg` and its params for resnet50; every problem is a GpulabError naming the param."""
     p = Params("resnet50", cfg.params, DEFAULTS)
-    batch, steps = check_config(cfg, SIZES)
+    batch, steps = batch_and_steps(cfg, SIZES)
     crop = p.integer("image", minimum=32) or IMAGE.get(cfg.size, 224)
     return Settings(
         batch,

@@ -27,7 +27,7 @@ from gpulab.errors import GpulabError
 from gpulab.paths import open_output
 from gpulab.records import RunConfig
 from gpulab.workloads import checking
-from gpulab.workloads.common import Numerics, Params, check_config, seed_everything
+from gpulab.workloads.common import Numerics, Params, batch_and_steps, seed_everything
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, cause, file_digest, input_file
 from gpulab.workloads.registry import Workload
@@ -213,7 +213,7 @@ def style_settings(
     fetches the file a vgg_weights value names (imagenet, a URL), or returns None when it names a path."""
     p = Params("style_transfer", cfg.params, DEFAULTS)
     default_width = SIZES.get(cfg.size, SIZES["standard"])[0]
-    _, cfg_steps = check_config(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
+    _, cfg_steps = batch_and_steps(cfg, {size: (1, steps) for size, (_, steps) in SIZES.items()})
     if cfg.batch not in (None, 1):
         raise GpulabError(f"style_transfer optimises one image: batch must be 1 or unset, not {cfg.batch}")
     if cfg.data is not None:
