@@ -180,6 +180,30 @@ def test_secure_boot_without_signing_is_refused():
     assert "mokutil --import /var/lib/dkms/mok.pub" in problems[0]
     req.secure_boot_signing = True
     assert resolve(req)[1] == []
+    # Debian has no distribution-signed modules: the prebuilt-modules setting changes nothing there.
+    req.secure_boot_signing, req.precompiled_modules = False, True
+    assert [p.split("]")[0] for p in resolve(req)[1]] == ["[secure_boot"]
+
+
+def test_secure_boot_on_ubuntu_takes_canonicals_signed_modules_from_its_archive():
+    req = Request(
+        gpus=gpus(H200),
+        profile="auto",
+        host_python="3.12",
+        distribution="Ubuntu",
+        distribution_version="24.04",
+        secure_boot="enabled",
+        sources={"driver": "distro", "cuda": "distro", "cudnn": "wheel"},
+        cudnn_wheels=PINS,
+    )
+    _, problems = resolve(req)
+    assert [p.split("]")[0] for p in problems] == ["[secure_boot"], problems
+    assert "set nvidia_driver_precompiled_modules: true for Canonical's signed modules" in problems[0]
+    req.precompiled_modules = True
+    assert resolve(req)[1] == []
+    # NVIDIA's repository builds its modules with DKMS: unsigned, whatever the setting says.
+    req.sources = {"driver": "cuda_repo", "cuda": "distro", "cudnn": "wheel"}
+    assert [p.split("]")[0] for p in resolve(req)[1]] == ["[secure_boot"]
 
 
 def test_unknown_gpus_os_and_keys_are_each_named():

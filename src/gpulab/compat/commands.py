@@ -267,7 +267,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 # -- gpulab matrix resolve: the pre-flight's decision (gpulab.compat.resolve) for a host described on the command line
 _SOURCE_FLAGS = {"driver": "--driver-source", "cuda": "--cuda-source", "cudnn": "--cudnn-source"}
 # What --vars reads: the inventory variables the gpulab_preflight role passes to the stack check.
-_VARS = ("gpulab_profile", "gpulab_stack", "gpulab_secure_boot_signing", "cudnn_wheels", "cudnn_archives")
+_VARS = (
+    "gpulab_profile",
+    "gpulab_stack",
+    "gpulab_secure_boot_signing",
+    "nvidia_driver_precompiled_modules",
+    "cudnn_wheels",
+    "cudnn_archives",
+)
 
 
 def _add_resolve(msub: Any) -> None:
@@ -314,6 +321,11 @@ def _add_resolve(msub: Any) -> None:
     )
     res.add_argument("--secure-boot", choices=resolve.SECURE_BOOT, default="unsupported", help="the host's state")
     res.add_argument("--secure-boot-signing", action="store_true", help="DKMS signs the modules with an enrolled key")
+    res.add_argument(
+        "--precompiled-modules",
+        action="store_true",
+        help="Ubuntu's archive driver with Canonical's signed prebuilt modules (nvidia_driver_precompiled_modules)",
+    )
     res.add_argument(
         "--vars",
         metavar="FILE",
@@ -414,6 +426,7 @@ def _resolve_request(args: argparse.Namespace) -> resolve.Request:
         distribution_version=osr.release,
         secure_boot=args.secure_boot,
         secure_boot_signing=bool(args.secure_boot_signing or given.get("gpulab_secure_boot_signing")),
+        precompiled_modules=bool(args.precompiled_modules or given.get("nvidia_driver_precompiled_modules")),
         sources=sources,
         cudnn_wheels=wheels,
         cudnn_archives=archives,

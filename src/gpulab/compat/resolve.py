@@ -57,6 +57,9 @@ class Request:
     distribution_version: str | None = None
     secure_boot: str = "unsupported"
     secure_boot_signing: bool = False
+    # Ubuntu's archive driver with Canonical's prebuilt, signed modules (nvidia_driver_precompiled_modules): they load
+    # under Secure Boot with no key of the host's own; the role checks every kernel has them before any change.
+    precompiled_modules: bool = False
     nvswitches: list[str] = field(default_factory=list)
     # Where the driver, the toolkits and cuDNN come from, and the cuDNN builds pinned for the wheel/archive sources
     # (only their keys, "9.10-cu11" / "8.9-cu12.2", matter here; the cudnn role checks the entries).
@@ -429,16 +432,30 @@ def _check_on_each_gpu(base: Stack, models: list[GpuSpec], problems: Problems) -
             problems.add(problem.component, problem.reason, problem.fix)
 
 
-def _check_secure_boot(req: Request, problems: Problems) -> None:
-    """A driver on a host with Secure Boot on needs its modules signed (DKMS's Machine Owner Key enrolled)."""
-    if req.secure_boot == "enabled" and not req.secure_boot_signing:
-        problems.add(
-            "secure_boot",
-            "Secure Boot is enabled: the kernel refuses unsigned modules, so the NVIDIA driver would install and "
-            "never load.",
-            "disable Secure Boot in the firmware, or enroll DKMS's Machine Owner Key (mokutil --import "
-            "/var/lib/dkms/mok.pub, reboot, confirm) and set gpulab_secure_boot_signing: true.",
-        )
+def signed_by_the_distribution(req: Request, driver_source: str) -> bool:
+    """Whether the driver's modules come signed by the distribution: Ubuntu's archive driver with Canonical's
+    prebuilt modules (linux-modules-nvidia-<branch>-server-*), which the kernel loads under Secure Boot."""
+    return req.precompiled_modules and req.distribution == "Ubuntu" and driver_source == "distro"
+
+
+def _check_secure_boot(req: Request, problems: Problems, driver_source: str) -> None:
+    """A driver on a host with Secure Boot on needs its modules signed: by the distribution (Ubuntu's prebuilt
+    modules) or by DKMS with a Machine Owner Key enrolled."""
+    if req.secure_boot != "enabled" or req.secure_boot_signing or signed_by_the_distribution(req, driver_source):
+        return
+    ubuntu = (
+        "; on Ubuntu with its archive's driver, set nvidia_driver_precompiled_modules: true for Canonical's "
+        "signed modules"
+        if req.distribution == "Ubuntu"
+        else ""
+    )
+    problems.add(
+        "secure_boot",
+        "Secure Boot is enabled: the kernel refuses unsigned modules, so the NVIDIA driver would install and "
+        "never load.",
+        "disable Secure Boot in the firmware, or enroll DKMS's Machine Owner Key (mokutil --import "
+        f"/var/lib/dkms/mok.pub, reboot, confirm) and set gpulab_secure_boot_signing: true{ubuntu}.",
+    )
 
 
 def _gpu_entry(gpu: dict[str, Any], spec: GpuSpec) -> TargetGpu:
@@ -497,7 +514,7 @@ def resolve(req: Request) -> Resolution:
         )
     kernel_modules = choose_kernel_modules(requested_modules, driver, models, problems)
     if pairs and driver:
-        _check_secure_boot(req, problems)
+        _check_secure_boot(req, problems, ctx.sources.driver)
 
     cudas = [versions.cuda_version(c) for c in _cuda_items(stack.get("cuda"))]
     ccs = [s.compute_capability for s in models]

@@ -20,6 +20,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "distribution_version": {"type": "str"},
     "secure_boot": {"type": "str", "default": "unsupported", "choices": ["enabled", "disabled", "unsupported"]},
     "secure_boot_signing": {"type": "bool", "default": False},
+    "precompiled_modules": {"type": "bool", "default": False},
     "sources": {
         "type": "dict",
         "default": {},

@@ -55,6 +55,12 @@ options:
     description: DKMS signs modules with a Machine Owner Key enrolled on the host, so Secure Boot may stay on.
     type: bool
     default: false
+  precompiled_modules:
+    description:
+      - Ubuntu's archive driver with Canonical's prebuilt, signed modules (the nvidia_driver role's
+        C(nvidia_driver_precompiled_modules)), which load under Secure Boot with no key of the host's own.
+    type: bool
+    default: false
   sources:
     description:
       - Where each part comes from (the roles' C(nvidia_driver_source), C(cuda_toolkit_source), C(cudnn_source)).
