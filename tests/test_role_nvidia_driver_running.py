@@ -148,3 +148,21 @@ def test_the_fabric_check_passes_on_a_trained_fabric_and_names_the_gpus_that_are
         in said
     )
     assert "journalctl -u nvidia-fabricmanager" in said
+
+
+def test_fabric_manager_is_not_restarted_under_work_on_the_gpus(tmp_path):
+    """Fabric Manager's package changed while the driver stayed (no drain ran): a restart would reprogram the
+    NVSwitches under the jobs, so the census looks first and a busy node keeps its running Fabric Manager."""
+    require_ansible()
+    busy = (REPO / "tests/fixtures/captures/v100s-pcie-x8-busy.xml").read_text()
+    run = run_tasks(
+        tmp_path / "busy",
+        "fabric.yml",
+        stand_in_smi(tmp_path / "busy/bin", busy, CSV_580),
+        nvidia_driver_fabricmanager_install={"changed": True},
+    )
+    assert run.rc == 2, run.explain()
+    said = " ".join(run.output.split())
+    assert "localhost is busy (pid 37305 python (compute) on GPUs 0, 1, 2, 3, 4, 5, 6, 7" in said, said
+    assert "so the running Fabric Manager was left alone" in said and "nvidia_driver_allow_busy: true" in said
+    assert "TASK [nvidia_driver : Start Fabric Manager" not in run.output
