@@ -11,7 +11,7 @@ from typing import Any
 @dataclass
 class RunConfig:
     workload: str
-    precision: str = "fp32"  # fp32 (TF32 off) | tf32 | bf16 (autocast)
+    precision: str = "fp32"  # one of gpulab.names.PRECISIONS (a study's "plan" is resolved to one before a run)
     channels_last: bool = False
     batch: int | None = None  # per device (weak scaling); None = the workload's default for `size`
     steps: int | None = None  # timed steps (iterations for style transfer); None = default for `size`
