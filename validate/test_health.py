@@ -12,12 +12,12 @@ def test_gpu_count(lab, verdict):
 
 
 @pytest.mark.gpu
-def test_driver_supports_cuda(lab, verdict):
+def test_driver_for_cuda(lab, verdict):
     verdict(health.driver_for_cuda(lab.fingerprint))
 
 
 @pytest.mark.gpu
-def test_stack_supports_gpus(lab, verdict):
+def test_stack_supports_arch(lab, verdict):
     verdict(health.stack_supports_arch(lab.fingerprint))
 
 

@@ -621,16 +621,16 @@ def _text(value: str | bytes) -> str:
 
 
 def target_gpu(found: list[dict[str, Any]], spec: str) -> GpuRef | None:
-    """The last GPU `--gpus` selects (the suite's own rule, gpulab.validation.session.select_gpus)."""
+    """The last GPU `--gpus` selects (the suite's own rule, gpulab.validation.session.gpus_for_option)."""
     if not found:
         return None
     from types import SimpleNamespace
 
     if str(ROOT / "src") not in sys.path:
         sys.path.insert(0, str(ROOT / "src"))  # run as a script from a checkout where gpulab is not installed
-    from gpulab.validation.session import select_gpus
+    from gpulab.validation.session import gpus_for_option
 
-    selected = select_gpus([SimpleNamespace(**g) for g in found], spec)  # type: ignore[arg-type]
+    selected = gpus_for_option([SimpleNamespace(**g) for g in found], spec)  # type: ignore[arg-type]
     last = selected[-1]
     return GpuRef(last.index, len(selected) - 1, last.uuid, last.bus_id, last.name)
 

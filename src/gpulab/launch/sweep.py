@@ -60,17 +60,24 @@ class _PoolForks:
     """Alive while psweep's pool runs the sweep: its forked workers set their stop signals (below)."""
 
 
-def _stopping(signum: int, frame: Any) -> None:
-    """A stop that came after the first: nothing more to do."""
-
-
 def _quiet_stop(signum: int, frame: Any) -> None:
     # Once: the pool's SIGTERM after a Ctrl-C must not cut short the wait for the killed run (a zombie, a warning).
-    # A handler that does nothing, not SIG_IGN: a SIGTERM already caught beside this SIGINT is then handled, where
-    # with SIG_IGN the interpreter reports it on stderr as "Signal 15 ignored due to race condition".
     for other in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(other, _stopping)
+        signal.signal(other, signal.SIG_IGN)
     raise SystemExit(128 + signum)  # out of subprocess.run (which kills the run it waits on), then a quiet exit
+
+
+def _unraisable(hook: Any) -> Any:
+    """sys.unraisablehook for a pool worker: a stop that came with the first (Ctrl-C and the pool's SIGTERM at once)
+    finds its signal ignored, and CPython reports it as "Signal 15 ignored due to race condition": that stop was
+    meant to be ignored, so it is not printed on the sweep's stderr; anything else goes to `hook`."""
+
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, OSError) and "ignored due to race condition" in str(info.exc_value):
+            return
+        hook(info)
+
+    return unraisable
 
 
 def _pool_worker_signals(_: _PoolForks) -> None:
@@ -79,6 +86,7 @@ def _pool_worker_signals(_: _PoolForks) -> None:
     multiprocessing prints "Process ForkPoolWorker-N:" with a traceback; the sweep itself says "gpulab: interrupted"."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _quiet_stop)
+    sys.unraisablehook = _unraisable(sys.unraisablehook)
 
 
 @contextlib.contextmanager

@@ -157,7 +157,8 @@ def check_name(workload: str, precision: str, where: str, framework: str = "torc
     all-reduce beside torch's) is a check of its own name. The one place it is made, so a skipped probe and a
     measured one are the same check in every report."""
     tool = "" if framework == "torch" else "." + framework.replace("-", "_")
-    return f"probe.{workload}{tool}.{precision}[{where}]"
+    name = f"probe.{workload}{tool}.{precision}[{where}]"  # as `name =`, so tests/test_troubleshooting.py reads it
+    return name
 
 
 def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[Check] = ()) -> Check:
