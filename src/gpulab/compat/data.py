@@ -298,11 +298,12 @@ def _driver(e: Entry) -> BranchEntry:
     if okm is not None and okm not in ARCHITECTURES:
         raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.")
     recommended = e.version("recommended")
-    if versions.major(recommended) != DriverBranch.parse(branch).number:
+    number = DriverBranch.parse(branch).number
+    if versions.major(recommended) != number:
         raise GpulabError(f"matrix.yml: {e.where}.recommended={recommended} is not in branch {branch}.")
     return BranchEntry(
         branch=branch,
-        number=DriverBranch.parse(branch).number,
+        number=number,
         max_cuda=e.version("max_cuda"),
         recommended=recommended,
         architectures=archs,

@@ -8,11 +8,12 @@ changing the file (or removing it to choose again).
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.names import DriverBranch
+from gpulab.names import driver_version
 
 FILE_NAME = "gpulab-fleet.txt"  # beside the inventory; .txt, so Ansible never reads it as an inventory source
 LIMIT = 64 << 10
@@ -40,9 +41,11 @@ def parse(text: str, where: str) -> FleetRecord:
     if not isinstance(data, dict) or "driver_branch" not in data:
         raise GpulabError(f"{where}: no driver_branch; {FIX}")
     try:
-        branch = str(DriverBranch.parse(data["driver_branch"]).number)
+        branch = driver_version(data["driver_branch"])
     except GpulabError:
-        raise GpulabError(f"{where}: driver_branch {data['driver_branch']!r} is not a branch like 580; {FIX}") from None
+        branch = ""
+    if not re.fullmatch(r"[0-9]{3}", branch):  # a branch, not a driver version: the record names a branch only
+        raise GpulabError(f"{where}: driver_branch {data['driver_branch']!r} is not a branch like 580; {FIX}")
     try:
         rules.branch_record(branch)
     except GpulabError as err:
