@@ -72,6 +72,10 @@ def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
         assert (out / row["output_"]).is_file()  # each run its own image
         assert len(row["loss_curve_"]) == 2 and row["wall_s_"] >= row["timed_s_"] > 0
     assert df["overhead_s_"].median() < 2.0  # warm workers: no process start per run
+    # batch_runs: auto on CPU workers: a probe batch of 4 per worker, then CPU_AUTO (8) in near-equal batches
+    batching = json.loads((out / "sessions.json").read_text())[-1]["batching"]
+    assert batching["batch_runs"] == 8 and "CPU_AUTO" in batching["why"] and batching["probe_runs"] == 8
+    assert (df["batch_runs_"] == 4).sum() == 8 and set(df["batch_runs_"]) == {4, 7, 8}
     html = (out / "report.html").read_text()
     rows = html.split("Images per parameter", 1)[1].split("<h3>")[1:]
     assert [row.count("<figure>") for row in rows] == [12] * 6  # each row of 13-75 runs subsampled to 12
@@ -86,6 +90,25 @@ def test_the_neural_style_study_runs_all_252_runs_on_two_cpu_workers(tmp_path):
     again = gpulab("study", "resume", str(out))
     assert again.returncode == 0 and "nothing to run: all 252 runs" in again.stderr
     print(f"252 tiny runs on two CPU workers: {wall:.1f} s")
+
+
+def test_a_batched_study_gives_each_run_its_one_by_one_result(tmp_path):
+    vary = {"mode": "star", "params": {"learning_rate": [2, 30], "tv_weight": [1, 1000], "style_scales": [0.6, 1.8]}}
+    path = _study(tmp_path, "batched", vary=vary, workers=1, fixed={"width": 32, "iterations": 3, "loop": "eager"})
+    rows = {}
+    for size in ("1", "6"):
+        out = tmp_path / f"b{size}"
+        proc = gpulab("study", "run", str(path), "--study-dir", str(out), "--batch-runs", size)
+        assert proc.returncode == 0 and "6 ok, 0 failed of 6 runs" in proc.stdout, proc.stderr[-2000:]
+        rows[size] = {r["_pset_hash"]: r for _, r in load_database(out).iterrows()}
+    assert rows["1"].keys() == rows["6"].keys()
+    for key, alone in rows["1"].items():
+        batched = rows["6"][key]
+        assert batched["batch_runs_"] == 6 and "batch_runs_" not in alone.index
+        assert batched["final_loss_"] == pytest.approx(alone["final_loss_"], rel=1e-5)
+        assert batched["seed"] == alone["seed"] and batched["output_"] != alone["output_"]
+    sessions = json.loads((tmp_path / "b1" / "sessions.json").read_text())
+    assert sessions[-1]["batching"] == {}  # batch_runs 1: the path of every study before batching
 
 
 def _run_losing(path: Path, out: Path, lost: Path) -> subprocess.CompletedProcess[str]:

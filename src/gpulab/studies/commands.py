@@ -73,6 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         import dataclasses
 
         study = dataclasses.replace(study, per_gpu=args.per_gpu)
+    if args.batch_runs is not None:
+        import dataclasses
+
+        study = dataclasses.replace(study, batch_runs=args.batch_runs)
     return _run(study, study_dir, resume=args.command_name == "resume", scheduler=args.scheduler, args=args)
 
 
@@ -225,6 +229,15 @@ def _per_gpu(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
 
 
+def _batch_runs(text: str) -> int | str:
+    from gpulab.studies.batching import batch_runs_value
+
+    try:
+        return batch_runs_value(text)
+    except GpulabError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
+
+
 def _positive(text: str) -> int:
     value = _count(text)
     if value == "all":
@@ -264,6 +277,12 @@ def add_commands(sub: Any) -> None:
             type=_per_gpu,
             help="runs at once on each GPU: auto (the study file's default: sized from the first runs' memory and "
             "GPU use) or N (1: one at a time)",
+        )
+        verb.add_argument(
+            "--batch-runs",
+            type=_batch_runs,
+            help="runs that differ only in numbers optimised together as one batch: N, auto (sized from the first "
+            "batch's memory) or 1 (one at a time); default: the study file's batch_runs, else 1",
         )
 
     report = verbs.add_parser("report", help="render a study directory's report (HTML and Markdown)")

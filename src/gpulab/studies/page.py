@@ -184,7 +184,14 @@ def context(page: StudyPage) -> dict[str, Any]:
         "title": f"Study {s.name}" + (f" ({s.variant})" if s.variant else ""),
         "subtitle": s.title,
         "lines": [
-            x for x in (page.counts_line, report.headline(page.summary, s.whole_machine), page.baseline_line) if x
+            x
+            for x in (
+                page.counts_line,
+                report.headline(page.summary, s.whole_machine),
+                page.baseline_line,
+                page.work_line,
+            )
+            if x
         ],
         "stand_ins": page.stand_ins_line,
         "workers": [(w, n, fmt_num(b, "s"), f"{100 * u:.0f} %") for w, n, b, u in page.summary.per_worker],

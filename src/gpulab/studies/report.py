@@ -23,7 +23,7 @@ from gpulab.report.markdown import md_table, md_text
 from gpulab.report.plots import new_figure
 from gpulab.report.templating import Markup, svg_figure
 from gpulab.report.views import fmt_num
-from gpulab.studies import baselines, ledger
+from gpulab.studies import arithmetic, baselines, ledger
 from gpulab.studies.psets import varied_columns
 from gpulab.studies.runner import load_database, load_recorded, read_sessions
 from gpulab.studies.spec import Study
@@ -54,6 +54,10 @@ class Run:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     gpus_used: int | None = None  # the devices a whole-machine run took (`gpulab run`'s n); None: a worker's one
     stand_ins: list[str] = field(default_factory=list)  # random weights, stand-in data (gpulab.workloads.stand_ins)
+    flops_per_iteration: float | None = None  # torch's FLOP counter on the worker (gpulab.studies.arithmetic)
+    steps_run: int | None = None
+    batch_runs: int | None = None  # the runs of its batch (gpulab.studies.batching); None or 1: it ran alone
+    gpu_name: str | None = None
 
 
 @dataclass
@@ -120,6 +124,10 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],
                 gpus_used=int(n) if (n := _num(row.get("gpus_used"))) is not None else None,
                 stand_ins=_stand_ins(row, study),
+                flops_per_iteration=_num(row.get("flops_per_iteration")),
+                steps_run=int(n) if (n := _num(row.get("steps_run"))) is not None else None,
+                batch_runs=int(n) if (n := _num(row.get("batch_runs"))) is not None else None,
+                gpu_name=row.get("gpu_name") if isinstance(row.get("gpu_name"), str) else None,
             )
         )
     return runs
@@ -347,6 +355,7 @@ class StudyPage:
     gpu_use: list[tuple[Any, ...]] = field(default_factory=list)
     counts_line: str | None = None  # planned, done, failed, missing, repeated (studies.ledger)
     stand_ins_line: str | None = None
+    work_line: str | None = None  # the runs' work and rate against the GPU's datasheet (gpulab.studies.arithmetic)
     study_dir: Path | None = None  # where the runs' images are (embedded from there)
     # the GPUs' NVML samples while the study ran, per session: {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
     gpu_timeline: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -386,6 +395,7 @@ def build(study_dir: Path) -> StudyPage:
         _gpu_use(sessions),
         counts_line=ledger.summary_line(study, df),
         stand_ins_line=stand_ins_line(runs, study.workload),
+        work_line=arithmetic.work_line(runs),
         study_dir=study_dir,
         gpu_timeline=[list(s.get("gpu_timeline") or []) for s in sessions if s.get("gpu_timeline")],
     )
@@ -400,6 +410,8 @@ def to_markdown(page: StudyPage) -> str:
     out += [f"- {md_text(headline(page.summary, s.whole_machine))}"]
     if page.baseline_line:
         out += [f"- {md_text(page.baseline_line)}"]
+    if page.work_line:
+        out += [f"- {md_text(page.work_line)}"]
     if page.stand_ins_line:
         out += [f"- **{md_text(page.stand_ins_line)}**"]
     out += ["", "## Workers", ""]

@@ -27,13 +27,13 @@ from gpulab.launch.common import write_json_atomic
 from gpulab.paths import parse_json, read_input_text
 from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database
 from gpulab.report.io import atomic_write_text, jsonable
-from gpulab.studies import cluster, ledger, packing, preflight
+from gpulab.studies import batching, cluster, ledger, packing, preflight
 from gpulab.studies.generated import with_generated_data
 from gpulab.studies.lock import owning
 from gpulab.studies.progress import Progress, finished_counter, watching
 from gpulab.studies.results import write_study_report
 from gpulab.studies.spec import NAMED_DATA, Study
-from gpulab.studies.task import run_pset
+from gpulab.studies.task import run_batch, run_pset
 
 __all__ = ["DATABASE", "DATABASE_JSON", "load_database", "missing_sets", "run_study"]
 STUDY_JSON = "study.json"
@@ -61,6 +61,7 @@ class StudySession:
     gpu_use: list[dict[str, Any]] = field(default_factory=list)  # per GPU: util_mean, mem_max_mib, power_mean_w
     gpu_timeline: list[dict[str, Any]] = field(default_factory=list)  # the samples over the session (telemetry)
     packing: dict[str, Any] = field(default_factory=dict)  # runs per GPU: asked, chosen (per_gpu), why, the probe
+    batching: dict[str, Any] = field(default_factory=dict)  # runs per batch: asked, chosen (batch_runs), why
 
 
 def study_record(study: Study) -> dict[str, Any]:
@@ -152,9 +153,15 @@ def _psweep_run(psets: list[dict[str, Any]], study_dir: Path, df: Any, **how: An
     database is written here, not by psweep, and each run saves its own row (no pickles)."""
     import psweep as ps
 
+    # psweep takes the psets' own book-keeping columns (_vary) for new parameters and blanks them, in place, in the
+    # rows it is handed: a second call in one session (after a probe) would lose the earlier runs' _vary.
+    kept = {c: df[c].to_numpy(copy=True) for c in {k for p in psets for k in p if k.startswith("_")} & set(df.columns)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-        return ps.run(run_pset, psets, df=df, calc_dir=str(study_dir), database_basename=DATABASE, save=False, **how)
+        out = ps.run(run_pset, psets, df=df, calc_dir=str(study_dir), database_basename=DATABASE, save=False, **how)
+    for column, values in kept.items():
+        out.loc[out.index[: len(values)], column] = values
+    return out
 
 
 def run_study(
@@ -221,7 +228,10 @@ def _run_owned(
                 df = _psweep_run(todo, study_dir, df)
         else:
             planned = len(todo)
-            if chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
+            asked = _batch_asked(study, session)
+            if chosen is not None and asked != 1 and study.per_gpu == packing.AUTO:
+                session.packing = {"asked": packing.AUTO, "per_gpu": 1, "why": "batched runs fill the GPU"}
+            elif chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
                 rows = [df]
 
                 def probe(psets: list[dict[str, Any]], client: Any) -> Any:
@@ -237,7 +247,10 @@ def _run_owned(
                 # One count for the session: the packing probe's runs are done, the rest go now.
                 counted = finished_counter(study_dir, client, already=planned - len(todo))
                 with watching(counted, planned, progress):
-                    df = _psweep_run(todo, study_dir, df, dask_client=client)
+                    if asked == 1:
+                        df = _psweep_run(todo, study_dir, df, dask_client=client)
+                    else:
+                        df = _batched_run(study, study_dir, df, todo, client, asked, session)
     except KeyboardInterrupt:
         session.interrupted = True
         with ctrl_c_held():  # a second Ctrl-C waits for the record of what finished
@@ -250,6 +263,49 @@ def _run_owned(
     _count(session, df, started)
     write_study_report(study_dir, study, df, command)
     return _close(study_dir, session, clock)
+
+
+def _batch_asked(study: Study, session: StudySession) -> int | str:
+    """The study's batch_runs where its runs can share batches; else 1, and the session says why."""
+    if study.batch_runs == 1:
+        return 1
+    why = batching.why_not(study)
+    if why is None:
+        return study.batch_runs
+    session.batching = {"asked": study.batch_runs, "batch_runs": 1, "why": f"not batched: {why}"}
+    session.notes.append(f"batch_runs {study.batch_runs}: one run at a time, {why}")
+    return 1
+
+
+def _batched_run(
+    study: Study, study_dir: Path, df: Any, todo: list[dict[str, Any]], client: Any, asked: int | str,
+    session: StudySession,
+) -> Any:  # fmt: skip
+    """The runs in batches on the client's workers; with auto, the first batches (one per worker) size the rest."""
+    from gpulab.workloads.registry import REGISTRY
+
+    shared = REGISTRY[study.workload].batch_shared
+    record: dict[str, Any] = {"asked": asked}
+    if asked == batching.AUTO:
+        again = batching.recorded(read_sessions(study_dir))
+        workers = max(1, len(session.workers))
+        if again is not None:
+            size, record["why"] = again, "sized by an earlier session"
+        else:
+            first, todo = todo[: batching.PROBE_RUNS * workers], todo[batching.PROBE_RUNS * workers :]
+            probing = batching.BatchingClient(client, batching.PROBE_RUNS, shared, run_batch)
+            df = _psweep_run(first, study_dir, df, dask_client=probing)
+            mine = df[df["_run_id"] == df["_run_id"].iloc[-1]] if len(df) else df
+            rows = [dict(row) for _, row in mine.iterrows()]
+            size, record["why"] = batching.size_from_probe(rows, len(todo), workers)
+            record["probe_runs"] = len(first)
+    else:
+        size, record["why"] = int(asked), "as asked"
+    record["batch_runs"] = size
+    session.batching = record
+    if todo:
+        df = _psweep_run(todo, study_dir, df, dask_client=batching.BatchingClient(client, size, shared, run_batch))
+    return df
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@
     gpus: all                           #   each run takes the machine's GPUs (`gpus`) through `gpulab run`
     workers: all                        # one worker per GPU (or N of them); CPU workers where there is no GPU
     per_gpu: auto                       # runs at once on each GPU: auto (sized from the first runs) or N
+    batch_runs: 1                       # runs optimised together as one batch: 1, N or auto (gpulab.studies.batching)
     threads: 1                          # CPU threads per CPU worker
     baseline: neural-style-2018         # a published baseline shipped with gpulab (studies/baselines/)
     variants:                           # named overrides, e.g. a tiny one for CI: --variant tiny
@@ -75,6 +76,7 @@ TOP_KEYS = (
     "gpus",
     "workers",
     "per_gpu",
+    "batch_runs",
     "threads",
     "baseline",
     "variants",
@@ -110,6 +112,7 @@ class Study:
     gpus: int | str = 1
     workers: int | str = "all"
     per_gpu: int | str = "auto"  # runs at once per GPU (gpulab.studies.packing)
+    batch_runs: int | str = 1  # runs optimised together as one batch (gpulab.studies.batching)
     threads: int = 1
     baseline: str | None = None
     variant: str | None = None
@@ -195,6 +198,7 @@ def study_from_dict(
     gpus = _count(data.get("gpus", 1), "gpus", problems)
     workers = _count(data.get("workers", "all"), "workers", problems)
     per_gpu = _per_gpu(data.get("per_gpu", "auto"), problems)
+    batch_runs = _batch_runs(data.get("batch_runs", 1), problems)
     repeat = _positive(data.get("repeat", 1), "repeat", problems)
     threads = _positive(data.get("threads", 1), "threads", problems)
     seed = data.get("seed", 0)
@@ -233,6 +237,7 @@ def study_from_dict(
         gpus=gpus,
         workers=workers,
         per_gpu=per_gpu,
+        batch_runs=batch_runs,
         threads=int(threads),
         baseline=data.get("baseline"),
         variant=variant,
@@ -408,6 +413,16 @@ def _per_gpu(value: Any, problems: list[str]) -> int | str:
     except GpulabError as err:
         problems.append(str(err))
         return AUTO
+
+
+def _batch_runs(value: Any, problems: list[str]) -> int | str:
+    from gpulab.studies.batching import batch_runs_value
+
+    try:
+        return batch_runs_value(value)
+    except GpulabError as err:
+        problems.append(str(err))
+        return 1
 
 
 def _positive(value: Any, key: str, problems: list[str]) -> int:

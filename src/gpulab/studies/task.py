@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
@@ -56,8 +57,14 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     device = os.environ.get(DEVICE_ENV, "cpu")
     facts: dict[str, Any] = {"device": os.environ.get(LABEL_ENV, device), "worker": _worker_name() or "machine"}
+    batched = _BATCHED.pop(str(pset["_pset_id"]), None)
+    note = _BATCH_NOTES.pop(str(pset["_pset_id"]), None)
+    if note:
+        facts["batch_note"] = note
     try:
-        if _in_worker(pset):
+        if batched is not None:
+            facts.update(batched)
+        elif _in_worker(pset):
             facts.update(_run_here(pset, run_dir, device))
         else:
             facts.update(_run_child(pset, run_dir))
@@ -66,13 +73,130 @@ def run_pset(pset: dict[str, Any]) -> dict[str, Any]:
         (run_dir / "error.txt").write_text(traceback.format_exc())
         facts.update(status="failed", failure=_one_line(err))
         _free_memory()
-    facts["wall_s"] = round(time.time() - started, 3)
+    if batched is None:
+        facts["wall_s"] = round(time.time() - started, 3)
     timed = facts.get("timed_s")
     facts["overhead_s"] = round(facts["wall_s"] - timed, 3) if isinstance(timed, (int, float)) else None
     (run_dir / RESULT).write_text(json.dumps(jsonable(facts), indent=1))
     results = {f"{k}_": v for k, v in facts.items()}  # psweep's convention: result columns end with "_"
     save_row(run_dir, {**pset, **results})  # the row outlives a stopped session: the next read of the database adds it
     return results
+
+
+# Runs a batch computed on this worker, by pset id, for run_pset to record; and why a batch's runs went alone.
+_BATCHED: dict[str, dict[str, Any]] = {}
+_BATCH_NOTES: dict[str, str] = {}
+
+
+def run_batch(func: Callable[[dict[str, Any]], Any], psets: list[dict[str, Any]]) -> list[Any]:
+    """On a worker, one batch of runs (gpulab.studies.batching): computed at once, then psweep's function `func`
+    for each run, which records it (or, where the batch failed, runs it alone)."""
+    if len(psets) > 1:
+        prepare_batch(psets)
+    return [func(pset) for pset in psets]
+
+
+def prepare_batch(psets: list[dict[str, Any]]) -> None:
+    """Compute a batch of runs at once (gpulab.studies.batching) and leave each run's facts for run_pset; never
+    raises: where the batch fails, its runs are left to run one by one, each told why (batch_note)."""
+    started = time.time()
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    try:
+        results = _batch_here(psets, device)
+    except Exception as err:  # the runs go alone: one bad parameter set then fails by itself
+        first = Path(psets[0]["_calc_dir"]) / str(psets[0]["_pset_id"])
+        first.mkdir(parents=True, exist_ok=True)
+        (first / "batch-error.txt").write_text(traceback.format_exc())
+        note = f"its batch of {len(psets)} failed ({_one_line(err)}); run alone"
+        _BATCH_NOTES.update({str(p["_pset_id"]): note for p in psets})
+        _free_memory()
+        return
+    wall = (time.time() - started) / len(psets)
+    for pset, facts in zip(psets, results, strict=True):
+        facts["wall_s"] = round(wall, 3)
+        _BATCHED[str(pset["_pset_id"])] = facts
+
+
+def _batch_here(psets: list[dict[str, Any]], device: str) -> list[dict[str, Any]]:
+    """The runs of `psets` as one batched session on this worker's device: each run's result columns, with its
+    share of the batch's time (timed_s, the batch's over its runs) and the batch's own figures beside them."""
+    import torch
+
+    from gpulab.launch.common import set_cuda_flags, timed_loop
+    from gpulab.launch.local import torch_threads
+    from gpulab.workloads.registry import load
+
+    workload = REGISTRY[str(psets[0]["workload"])]
+    if workload.batch is None:
+        raise RuntimeError(f"{workload.name} has no batched version")
+    dirs = [Path(p["_calc_dir"]) / str(p["_pset_id"]) for p in psets]
+    cfgs = [run_config(p, d, device) for p, d in zip(psets, dirs, strict=True)]
+    threads = int(os.environ.get(THREADS_ENV, "1")) if device == "cpu" else None
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(0)
+        torch.cuda.reset_peak_memory_stats(0)
+    before = torch.cuda.memory_allocated(0) if cuda else 0
+    marks: list[float] = []
+    with torch_threads(threads):
+        set_cuda_flags(device)
+        session = load(workload.batch, f"the batched builder of {workload.name}")(cfgs, device)
+        if cuda:
+            _steady_peak(session, torch)
+        timing = timed_loop(session, cfgs[0].warmup, [device], before_timed=lambda: marks.append(time.time()))
+        flops = session.flops_per_step() / len(cfgs)
+        losses = torch.stack(session.run_losses).float().cpu().t().tolist() if session.run_losses else []
+        finished = session.finish_runs()
+        used_threads = torch.get_num_threads()
+    n = len(cfgs)
+    share = timing.seconds / n
+    batch: dict[str, Any] = {
+        "precision_used": cfgs[0].precision,
+        "timed_s": round(share, 4),
+        "steps_run": timing.steps + cfgs[0].warmup,
+        "samples_per_s": timing.steps / share if share > 0 else None,
+        "threads": used_threads,
+        "weights": session.info.get("weights"),
+        "loop_started": marks[0] if marks else None,
+        "loop": session.info.get("loop"),
+        "flops_per_iteration": flops,
+        "batch": str(psets[0]["_pset_id"]),
+        "batch_runs": n,
+        "batch_timed_s": round(timing.seconds, 4),
+    }
+    if cuda:
+        batch["gpu_name"] = torch.cuda.get_device_name(0)
+        peak = torch.cuda.max_memory_allocated(0)
+        batch["max_memory_mib"] = round(peak / n / 2**20, 1)
+        batch["batch_memory_mib"] = round((peak - before) / 2**20, 1)
+        free, total = torch.cuda.mem_get_info(0)
+        batch["gpu_context_mib"] = round(max(0, total - free - torch.cuda.memory_reserved(0)) / 2**20, 1)
+        batch.update(gpu_footprint(torch))
+    out = []
+    for k, (cfg, facts) in enumerate(zip(cfgs, finished, strict=True)):
+        run = {**batch, "final_loss": facts.get("final_loss")}
+        run["loss_curve"] = _thinned(losses[k]) if losses else []
+        run["output"] = _relative(facts.get("output"), dirs[k])
+        run["data_used"] = facts.get("data")
+        run["stand_ins"] = stand_ins(cfg.workload, {**session.info, **facts, "workload_params": cfg.params})
+        out.append(run)
+    del session
+    return out
+
+
+def _steady_peak(session: Any, torch: Any) -> None:
+    """Reset the GPU's peak memory after the session's first step: that step's autotuning tries cuDNN algorithms
+    with workspaces no later step needs, which would make a batch look several times larger than it is."""
+    first = session.step
+
+    def step() -> Any:
+        session.step = first
+        loss = first()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(0)
+        return loss
+
+    session.step = step
 
 
 def outcome(row: Any) -> dict[str, Any]:
@@ -187,6 +311,7 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
             cfg, device, plan_batch(cfg, 1), losses=losses, before_timed=lambda: marks.append(time.time())
         )
         used_threads = torch.get_num_threads()
+        flops = getattr(session, "flops_per_step", None)
     facts: dict[str, Any] = {
         "precision_used": cfg.precision,
         "timed_s": round(timing.seconds, 4),
@@ -200,8 +325,11 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         "data_used": session.info.get("data"),
         "loop_started": marks[0] if marks else None,
         "stand_ins": stand_ins(cfg.workload, {**session.info, "workload_params": cfg.params}),
+        "loop": session.info.get("loop"),
+        "flops_per_iteration": flops() if flops is not None else None,
     }
     if device.startswith("cuda"):
+        facts["gpu_name"] = torch.cuda.get_device_name(0)
         facts["max_memory_mib"] = round(torch.cuda.max_memory_allocated(0) / 2**20, 1)
         facts.update(gpu_footprint(torch))
     del session
@@ -256,7 +384,11 @@ def _curve(losses: list[Any]) -> list[list[Any]]:
         return []
     import torch
 
-    values = torch.stack([loss.detach().float().reshape(()) for loss in losses]).cpu().tolist()
+    return _thinned(torch.stack([loss.detach().float().reshape(()) for loss in losses]).cpu().tolist())
+
+
+def _thinned(values: list[float]) -> list[list[Any]]:
+    """[[step, loss], ...] of every step's loss, thinned to CURVE_POINTS (the last step always kept)."""
     every = max(1, math.ceil(len(values) / CURVE_POINTS))
     kept = [(k + 1, v) for k, v in enumerate(values) if k % every == 0 or k == len(values) - 1]
     return [[step, v if math.isfinite(v) else None] for step, v in kept]

@@ -56,6 +56,10 @@ class Workload:
     # (cfg) -> its settings: the parameters and the files they name checked as both frameworks' builders check them
     # first, nothing built; a study checks every run with it before starting (gpulab.workloads.checking)
     settings: str | None = None
+    # Runs that differ only in `batch_shared` parameters (and seed) optimised as one batch: (cfgs, device) -> a
+    # session whose step() runs them all (a study's batch_runs); None: one run at a time
+    batch: str | None = None
+    batch_shared: frozenset[str] = frozenset()
 
     def builder(self, framework: str = "torch") -> Callable[..., Any]:
         spec = self.torch if framework == "torch" else self.tensorflow

@@ -73,3 +73,76 @@ def compiled_loss(loop: str) -> Any:
         mode = "reduce-overhead" if loop == "compile-graphs" else None
         _COMPILED[loop] = torch.compile(style_loss, mode=mode)
     return _COMPILED[loop]
+
+
+def batched_style_loss(
+    features: Any,
+    taps: frozenset[int],
+    images: Any,
+    shift: Any,
+    scale: Any,
+    channels_last: bool,
+    autocast: tuple[str, Any] | None,
+    content: list[tuple[int, Any, Any]],
+    style: list[tuple[int, Any, Any]],
+    tv_weights: Any,
+) -> tuple[Any, Any]:
+    """style_loss for B independent runs stacked as one batch: (the sum of the runs' losses, each run's loss).
+
+    Each run brings its own weights: `content` holds (layer, [B] weights, the shared target), `style` (layer, [B]
+    Gram scales, [B, C, C] targets), `tv_weights` is [B]. Every term is a per-image mean, so run k's loss is the
+    loss style_loss gives it alone, and the gradient of the sum with respect to image k is its own gradient."""
+    import torch
+
+    x = torch.addcmul(shift, images, scale)
+    x = x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    feats = {}
+    with torch.autocast(autocast[0], dtype=autocast[1]) if autocast else contextlib.nullcontext():
+        for i, layer in enumerate(features):
+            x = layer(x)
+            if i in taps:
+                feats[i] = x
+    dims = (1, 2, 3)
+    tv = (images[:, :, 1:, :] - images[:, :, :-1, :]).square().mean(dims)
+    tv = tv + (images[:, :, :, 1:] - images[:, :, :, :-1]).square().mean(dims)
+    per_run = tv_weights * tv
+    for i, weights, target in content:
+        per_run = per_run + weights * (feats[i].float() - target).square().mean(dims)
+    for i, gram_scales, targets in style:
+        grams = batched_gram(feats[i].float()) * gram_scales.view(-1, 1, 1)
+        per_run = per_run + (grams - targets).square().mean((1, 2))
+    return per_run.sum(), per_run
+
+
+GRAM_SPLIT = 32  # pieces of the pixel sum per Gram matrix: an early layer's C×C product otherwise fills a few SMs
+
+
+def batched_gram(features: Any) -> Any:
+    """[B, C, C] Gram matrices of [B, C, H, W] features. In channels-last memory the pixels are summed in up to
+    GRAM_SPLIT pieces, each its own small product, then added: a 64-channel layer's product over 272k pixels is
+    otherwise one or two tiles of work for the whole GPU (measured: 11 % of an eager batched step on an H200)."""
+    import torch
+
+    b, c, h, w = features.shape
+    pixels = h * w
+    if features.is_contiguous(memory_format=torch.channels_last) and c > 1:
+        split = next(s for s in (GRAM_SPLIT, 16, 8, 4, 2, 1) if pixels % s == 0)
+        flat = features.permute(0, 2, 3, 1).reshape(b, split, pixels // split, c)  # a view: NHWC is [B, HW, C]
+        return (flat.transpose(2, 3) @ flat).sum(1)
+    flat = features.reshape(b, c, pixels)
+    return torch.bmm(flat, flat.transpose(1, 2))
+
+
+_COMPILED_BATCHED: dict[str, Any] = {}
+
+
+def compiled_batched_loss(loop: str) -> Any:
+    """batched_style_loss as `loop` runs it (see compiled_loss)."""
+    if loop == "eager":
+        return batched_style_loss
+    if loop not in _COMPILED_BATCHED:
+        import torch
+
+        mode = "reduce-overhead" if loop == "compile-graphs" else None
+        _COMPILED_BATCHED[loop] = torch.compile(batched_style_loss, mode=mode)
+    return _COMPILED_BATCHED[loop]

@@ -66,6 +66,13 @@ DEFAULTS: dict[str, Any] = {
     "loop": "eager",  # eager | compile | compile-graphs | auto (torch only; see LOOPS)
 }
 
+# The parameters whose values may differ between the runs of one batch (gpulab.workloads.style_batch): numbers of
+# the loss and the optimiser, each run's own; every other parameter and run field gives a batch of its own.
+BATCH_SHARED = frozenset(
+    {"content_weight", "content_weight_blend", "style_weight", "tv_weight", "style_layer_weight_exp", "learning_rate",
+     "style_scales", "output"}
+)  # fmt: skip
+
 VGG_WEIGHTS_HINT = (
     "pass vgg_weights=imagenet (torchvision's VGG19 weights, fetched on first use) or the file torchvision's "
     "download wrote (vgg19-dcbb9e9d.pth in ~/.cache/torch/hub/checkpoints)"
@@ -354,6 +361,34 @@ def run_facts(cfg: RunConfig, st: StyleSettings, images: StyleImages, weights: s
     }
 
 
+_FLOPS: dict[tuple[Any, ...], float] = {}
+
+
+def counted_flops(loss: Callable[[], Any], image: Any, same: tuple[Any, ...]) -> float:
+    """The operations of `loss()` and its backward to `image` (a leaf), counted by torch's FlopCounterMode; kept
+    per process for the image's shape and the network and taps (`same`): the count depends on them alone."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    key = (tuple(image.shape), id(same[0]), same[1], *[str(v) for v in same[2:4]], len(same[4]), len(same[5]))
+    if key not in _FLOPS:
+        with FlopCounterMode(display=False) as counter:
+            torch.autograd.grad(loss(), image)
+        _FLOPS[key] = float(counter.get_total_flops())
+    return _FLOPS[key]
+
+
+def save_image(output: Path, array: Any) -> None:
+    """An H×W×3 uint8 image written to `output` in the format its extension names."""
+    from PIL import Image
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()  # encoded first: a bad extension fails before the file is touched
+    Image.fromarray(array).save(buffer, format=Image.registered_extensions().get(output.suffix.lower()))
+    with os.fdopen(open_output(output), "wb") as fh:  # O_NOFOLLOW: never through a link
+        fh.write(buffer.getvalue())
+
+
 class StyleSessionBase:
     """What every framework's style-transfer session does the same way once its loop has run."""
 
@@ -369,19 +404,11 @@ class StyleSessionBase:
         raise NotImplementedError
 
     def finish(self) -> dict[str, Any]:
-        from PIL import Image
-
         facts: dict[str, Any] = {"steps_run": self._steps_run}
         if self._last_loss is not None:
             facts["final_loss"] = float(self._last_loss)
         if self._output is not None:
-            self._output.parent.mkdir(parents=True, exist_ok=True)
-            buffer = io.BytesIO()  # encoded first: a bad extension fails before the file is touched
-            Image.fromarray(self.image()).save(
-                buffer, format=Image.registered_extensions().get(self._output.suffix.lower())
-            )
-            with os.fdopen(open_output(self._output), "wb") as fh:  # O_NOFOLLOW: never through a link
-                fh.write(buffer.getvalue())
+            save_image(self._output, self.image())
             facts["output"] = str(self._output)
         if not self._finished:
             self._finished = True
@@ -517,6 +544,18 @@ class StyleTransferSession(StyleSessionBase):
         self._numerics.backward_step(loss, self._optimizer)
         return loss
 
+    def flops_per_step(self) -> float:
+        """Floating-point operations of one step (forward, losses, backward to the image), counted by torch's
+        FlopCounterMode on the eager loss once per process and shape; Adam's elementwise update is not counted."""
+        from gpulab.workloads.style_loops import style_loss
+
+        content = [(i, float(w), t) for i, w, t in self._content]
+        style = [(i, float(g), t) for i, g, t in self._style]
+        image = self._image.detach().clone().requires_grad_(True)
+        args = (self._features, self._taps, image, self._shift, self._scale, self._channels_last, self._autocast,
+                content, style, float(self._tv_weight))  # fmt: skip
+        return counted_flops(lambda: style_loss(*args), image, (*args[:2], *args[5:]))
+
     def image(self) -> Any:
         """The current image as uint8 H×W×3 (numpy)."""
         import torch
@@ -565,4 +604,6 @@ WORKLOAD = Workload(
     imagenet_start="VGG19",
     references="gpulab.workloads.style_transfer:study_references",
     settings="gpulab.workloads.style_transfer:checked_settings",
+    batch="gpulab.workloads.style_batch:build_batch",
+    batch_shared=BATCH_SHARED,
 )
