@@ -248,3 +248,26 @@ def test_a_second_psweep_call_keeps_the_first_runs_vary_label(tmp_path, monkeypa
     df = runner._psweep_run(psets[:2], tmp_path, pd.DataFrame(dtype=object))
     df = runner._psweep_run(psets[2:], tmp_path, df)
     assert list(df["_vary"]) == ["learning_rate", "learning_rate", "tv_weight", "tv_weight"]
+
+
+def test_a_sizing_record_round_trips_through_sessions_json():
+    from gpulab.records import Sizing
+
+    sizing = Sizing("batch_runs", "auto", 23, "memory holds 245", probe_runs=8)
+    assert sizing.to_json() == {"asked": "auto", "batch_runs": 23, "why": "memory holds 245", "probe_runs": 8}
+    assert Sizing.from_json("batch_runs", sizing.to_json()) == sizing
+    assert Sizing.from_json("batch_runs", {}) is None and Sizing.from_json("per_gpu", {"per_gpu": True}) is None
+
+
+def test_per_gpu_has_one_grammar_for_run_and_worker():
+    from gpulab.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["study", "worker", "tcp://h:8786", "--per-gpu", "3"]).per_gpu == 3
+    assert parser.parse_args(["study", "run", "neural-style", "--per-gpu", "auto"]).per_gpu == "auto"
+    from gpulab.studies.commands import _worker_per_gpu
+
+    with pytest.raises(argparse.ArgumentTypeError, match="auto is sized by `gpulab study run`"):
+        _worker_per_gpu("auto")
+    with pytest.raises(argparse.ArgumentTypeError, match="'0' is not auto or a whole number ≥ 1"):
+        _worker_per_gpu("0")

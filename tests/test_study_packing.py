@@ -113,7 +113,7 @@ def test_packed_workers_share_their_gpus_pin_and_memory_and_cpu_workers_are_neve
     cpu = cluster.slots(1, 1, gpus=[])
     assert packing.packed(cpu, 4) == cpu
     chosen, todo, record = packing.plan("auto", cpu, [{"a": 1}] * 3, [], run=lambda p, c: pytest.fail("no probe"))
-    assert chosen == cpu and len(todo) == 3 and record["per_gpu"] == 1
+    assert chosen == cpu and len(todo) == 3 and record.chosen == 1 and record.to_json()["per_gpu"] == 1
 
 
 # ---------- sizing ----------
@@ -145,7 +145,7 @@ def test_the_tightest_gpu_decides_and_a_resume_reuses_the_sized_count():
     sessions = [{"packing": {"asked": "auto", "per_gpu": 4}}, {"packing": {"asked": 2, "per_gpu": 2}}]
     assert packing.recorded(sessions) == 4 and packing.recorded([{}]) is None
     chosen, todo, record = packing.plan("auto", [_slot()], [{"a": 1}] * 5, sessions, run=lambda p, c: pytest.fail())
-    assert len(chosen) == 4 and len(todo) == 5 and record["why"] == "sized by an earlier session"
+    assert len(chosen) == 4 and len(todo) == 5 and record.why == "sized by an earlier session"
 
 
 def _slot() -> cluster.Slot:
@@ -202,11 +202,11 @@ def test_auto_probes_one_run_per_gpu_then_packs_workers_that_run_at_once(monkeyp
     monkeypatch.setattr(packing.os, "cpu_count", lambda: 16)  # sizing as on a GPU host's cores
     todo = [{"seconds": 1.0, "footprint": 40000.0 if k == 0 else 20000.0, "k": k} for k in range(6)]
     chosen, rest, record = packing.plan("auto", slots, todo, [], run=lambda psets, client: _run_on(client, psets))
-    assert record["probe_runs"] == 2 and len(rest) == 4
-    assert record["probe"] == [{"footprint_mib": 20000.0, "total_mib": H100_MIB, "busy": pytest.approx(0.6),
+    assert record.probe_runs == 2 and len(rest) == 4
+    assert record.probe == [{"footprint_mib": 20000.0, "total_mib": H100_MIB, "busy": pytest.approx(0.6),
                                 "run_s": 1.0}]  # fmt: skip
-    assert record["per_gpu"] == 3 and "60% busy: 4" in record["why"]
-    assert "memory holds 3 (20000 MiB each)" in record["why"]
+    assert record.chosen == 3 and "60% busy: 4" in record.why
+    assert "memory holds 3 (20000 MiB each)" in record.why
     assert [w.name for w in chosen] == ["gpu0", "gpu0.1", "gpu0.2"]
     with cluster.local_client(chosen) as client:
         assert len(cluster.worker_labels(client)) == 3

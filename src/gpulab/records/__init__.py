@@ -1,7 +1,8 @@
 """The records every part of gpulab speaks: what a machine is (`GpuInfo`, `Fingerprint`), what a run is asked to do
-(`RunConfig`) and what a run found (`Result`, `Check`, `Report`). Plain typed dataclasses on the ground floor, above
-only the vocabulary (`gpulab.names`): discovery, workloads, launchers, checks and the report all import them from
-here, and none of them needs the report's pages, plots or compare code to do so."""
+(`RunConfig`), what a run found (`Result`, `Check`, `Report`) and how a study session sized its work (`Sizing`).
+Plain typed dataclasses on the ground floor, above only the vocabulary (`gpulab.names`): discovery, workloads,
+launchers, checks and the report all import them from here, and none of them needs the report's pages, plots or
+compare code to do so."""
 
 from gpulab.records.machine import (
     CAPTURE_SOURCE_PREFIX,
@@ -37,6 +38,7 @@ from gpulab.records.report import (
     spread_from_dict,
 )
 from gpulab.records.run import RunConfig
+from gpulab.records.study import Sizing
 
 __all__ = [
     "CAPTURE_SOURCE_PREFIX",
@@ -60,6 +62,7 @@ __all__ = [
     "Result",
     "RunConfig",
     "Scaling",
+    "Sizing",
     "SoftwareInfo",
     "Speedup",
     "Spread",

@@ -24,8 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import Sizing
 
 AUTO = "auto"
+KEY = "batch_runs"  # the chosen size's name in sessions.json
 MAX_AUTO = 64  # 512-px runs on an H200, s per run: 2.79 alone, 2.40 in 8, 2.10 in 32 (compiled, CUDA graphs)
 CPU_AUTO = 8
 PROBE_RUNS = 4  # per GPU worker: the first batch, which sizes the rest
@@ -113,9 +115,9 @@ class BatchingClient:
 def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:
     """The size an earlier session chose with auto (the latest), so a resume need not probe again."""
     for session in reversed(sessions):
-        record = session.get("batching") or {}
-        if record.get("asked") == AUTO and isinstance(record.get("batch_runs"), int):
-            return int(record["batch_runs"])
+        sizing = Sizing.from_json(KEY, session.get("batching"))
+        if sizing is not None and sizing.asked == AUTO:
+            return sizing.chosen
     return None
 
 

@@ -238,6 +238,18 @@ def _batch_runs(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
 
 
+def _worker_per_gpu(text: str) -> int:
+    """--per-gpu of `study worker`: the grammar of `study run`'s, where auto is refused (a worker has no study to
+    size from: the study's own `run` sizes its packing; give the number it chose, in its sessions.json)."""
+    value = _per_gpu(text)
+    if value == "auto":
+        raise argparse.ArgumentTypeError(
+            "auto is sized by `gpulab study run` from the study's first runs; a worker takes a number (the study's "
+            "sessions.json records the one auto chose)"
+        )
+    return int(value)
+
+
 def _positive(text: str) -> int:
     value = _count(text)
     if value == "all":
@@ -306,5 +318,7 @@ def add_commands(sub: Any) -> None:
     worker.add_argument("scheduler", help="the scheduler's address, tcp://HOST:8786")
     worker.add_argument("--workers", type=_count, default="all", help="all GPUs (default) or the first N")
     worker.add_argument("--threads", type=_positive, default=1, help="threads per CPU worker (hosts without GPUs)")
-    worker.add_argument("--per-gpu", type=_positive, default=1, help="workers pinned to each GPU (default 1)")
+    worker.add_argument(
+        "--per-gpu", type=_worker_per_gpu, default=1, help="runs at once on each GPU: workers pinned to it (default 1)"
+    )
     worker.set_defaults(func=cmd_worker)

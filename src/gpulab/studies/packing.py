@@ -26,8 +26,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.records import Sizing
 
 AUTO = "auto"
+KEY = "per_gpu"  # the chosen count's name in sessions.json
 TARGET_BUSY = 0.97
 # A run that keeps its GPU this busy runs alone: another would fill at most the last tenth and pays its own start-up
 # and compile (measured on an H100: compiled style-transfer runs, 91 % busy alone, took 274 s for 53 runs on two
@@ -137,9 +139,9 @@ def probe_from(row: dict[str, Any], busy: float | None) -> Probe:
 def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:
     """The count an earlier session of the study sized with auto (the latest), so a resume need not probe again."""
     for session in reversed(sessions):
-        packing = session.get("packing") or {}
-        if packing.get("asked") == AUTO and isinstance(packing.get("per_gpu"), int):
-            return int(packing["per_gpu"])
+        sizing = Sizing.from_json(KEY, session.get("packing"))
+        if sizing is not None and sizing.asked == AUTO:
+            return sizing.chosen
     return None
 
 
@@ -152,29 +154,27 @@ def plan(
     todo: list[dict[str, Any]],
     sessions: Sequence[dict[str, Any]],
     run: Runner,
-) -> tuple[list[Any], list[dict[str, Any]], dict[str, Any]]:
-    """(the workers to start, the runs still to do, the record of how it was decided).
+) -> tuple[list[Any], list[dict[str, Any]], Sizing]:
+    """(the workers to start, the runs still to do, how it was decided).
 
     With `auto` and GPU workers, the probe's runs are done here (through `run`, on one worker per GPU) and leave
     the list of runs still to do."""
     gpu_slots = [s for s in chosen if s.gpu]
     if not gpu_slots:
-        return chosen, todo, {"asked": asked, "per_gpu": 1, "why": "CPU workers are not packed"}
+        return chosen, todo, Sizing(KEY, asked, 1, "CPU workers are not packed")
     totals = gpu_totals()
     if asked != AUTO:
-        return packed(chosen, int(asked), totals), todo, {"asked": asked, "per_gpu": int(asked), "why": "as asked"}
+        return packed(chosen, int(asked), totals), todo, Sizing(KEY, asked, int(asked), "as asked")
     again = recorded(sessions)
     if again is not None:
-        record = {"asked": AUTO, "per_gpu": again, "why": "sized by an earlier session"}
-        return packed(chosen, again, totals), todo, record
+        return packed(chosen, again, totals), todo, Sizing(KEY, AUTO, again, "sized by an earlier session")
     probe_runs = PROBE_RUNS * len(gpu_slots)
     if len(todo) <= probe_runs:
-        return chosen, todo, {"asked": AUTO, "per_gpu": 1, "why": "too few runs to size a packing"}
+        return chosen, todo, Sizing(KEY, AUTO, 1, "too few runs to size a packing")
     first, rest = todo[:probe_runs], todo[probe_runs:]
     probes = _probe(first, chosen, run)
     k, why = size(probes, cores=os.cpu_count() or 1, gpus=len(gpu_slots))
-    record = {"asked": AUTO, "per_gpu": k, "why": why, "probe": [p.__dict__ for p in probes], "probe_runs": len(first)}
-    return packed(chosen, k, totals), rest, record
+    return packed(chosen, k, totals), rest, Sizing(KEY, AUTO, k, why, [p.__dict__ for p in probes], len(first))
 
 
 def _probe(first: list[dict[str, Any]], chosen: list[Any], run: Runner) -> list[Probe]:

@@ -25,6 +25,7 @@ from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
 from gpulab.launch.common import write_json_atomic
 from gpulab.paths import parse_json, read_input_text
+from gpulab.records import Sizing
 from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database
 from gpulab.report.io import atomic_write_text, jsonable
 from gpulab.studies import batching, cluster, ledger, packing, preflight
@@ -60,8 +61,8 @@ class StudySession:
     notes: list[str] = field(default_factory=list)
     gpu_use: list[dict[str, Any]] = field(default_factory=list)  # per GPU: util_mean, mem_max_mib, power_mean_w
     gpu_timeline: list[dict[str, Any]] = field(default_factory=list)  # the samples over the session (telemetry)
-    packing: dict[str, Any] = field(default_factory=dict)  # runs per GPU: asked, chosen (per_gpu), why, the probe
-    batching: dict[str, Any] = field(default_factory=dict)  # runs per batch: asked, chosen (batch_runs), why
+    packing: Sizing | None = None  # runs per GPU (gpulab.studies.packing); sessions.json keeps it as a mapping
+    batching: Sizing | None = None  # runs per batch (gpulab.studies.batching)
 
 
 def study_record(study: Study) -> dict[str, Any]:
@@ -230,7 +231,7 @@ def _run_owned(
             planned = len(todo)
             asked = _batch_asked(study, session)
             if chosen is not None and asked != 1 and study.per_gpu == packing.AUTO:
-                session.packing = {"asked": packing.AUTO, "per_gpu": 1, "why": "batched runs fill the GPU"}
+                session.packing = Sizing(packing.KEY, packing.AUTO, 1, "batched runs fill the GPU")
             elif chosen is not None:  # this machine's GPUs take several runs each (the probe's runs done here)
                 rows = [df]
 
@@ -272,7 +273,7 @@ def _batch_asked(study: Study, session: StudySession) -> int | str:
     why = batching.why_not(study)
     if why is None:
         return study.batch_runs
-    session.batching = {"asked": study.batch_runs, "batch_runs": 1, "why": f"not batched: {why}"}
+    session.batching = Sizing(batching.KEY, study.batch_runs, 1, f"not batched: {why}")
     session.notes.append(f"batch_runs {study.batch_runs}: one run at a time, {why}")
     return 1
 
@@ -285,24 +286,22 @@ def _batched_run(
     from gpulab.workloads.registry import REGISTRY
 
     shared = REGISTRY[study.workload].batch_shared
-    record: dict[str, Any] = {"asked": asked}
+    probe_runs, why = None, "as asked"
     if asked == batching.AUTO:
         again = batching.recorded(read_sessions(study_dir))
         workers = max(1, len(session.workers))
         if again is not None:
-            size, record["why"] = again, "sized by an earlier session"
+            size, why = again, "sized by an earlier session"
         else:
             first, todo = todo[: batching.PROBE_RUNS * workers], todo[batching.PROBE_RUNS * workers :]
             probing = batching.BatchingClient(client, batching.PROBE_RUNS, shared, run_batch)
             df = _psweep_run(first, study_dir, df, dask_client=probing)
             mine = df[df["_run_id"] == df["_run_id"].iloc[-1]] if len(df) else df
-            rows = [dict(row) for _, row in mine.iterrows()]
-            size, record["why"] = batching.size_from_probe(rows, len(todo), workers)
-            record["probe_runs"] = len(first)
+            size, why = batching.size_from_probe([dict(row) for _, row in mine.iterrows()], len(todo), workers)
+            probe_runs = len(first)
     else:
-        size, record["why"] = int(asked), "as asked"
-    record["batch_runs"] = size
-    session.batching = record
+        size = int(asked)
+    session.batching = Sizing(batching.KEY, asked, size, why, probe_runs=probe_runs)
     if todo:
         df = _psweep_run(todo, study_dir, df, dask_client=batching.BatchingClient(client, size, shared, run_batch))
     return df
@@ -363,7 +362,10 @@ def _close(study_dir: Path, session: StudySession, clock: float) -> StudySession
     session.wall_s = round(time.perf_counter() - clock, 3)
     path = study_dir / SESSIONS_JSON
     sessions = read_sessions(study_dir)
-    sessions.append(jsonable(asdict(session)))
+    record = asdict(session)
+    for key, sizing in (("packing", session.packing), ("batching", session.batching)):
+        record[key] = sizing.to_json() if sizing is not None else {}
+    sessions.append(jsonable(record))
     write_json_atomic(path, sessions)
     return session
 
