@@ -15,7 +15,8 @@ with its own uninstaller before installing Debian's driver, and the second run, 
 
 The root starts without linux-headers-amd64 (the image has it): the driver role must install the headers meta
 package of the installed kernel flavour, which is what brings the headers, and with them a DKMS build, for every
-kernel apt installs later.
+kernel apt installs later. The builds' compiles go through ccache, its objects kept outside the clone
+(tests/provision/compiler_cache.py): DKMS still builds, links and installs each module.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from pathlib import Path
 import pytest
 
 from guest.image import in_chroot
-from playbook import ansible_playbook, gpulab_requirements, snapshot_source, wheelhouse
+from playbook import ansible_env, ansible_playbook, gpulab_requirements, snapshot_source, wheelhouse
 from provision.apt_mirror import candidate_version
+from provision.compiler_cache import compiler_cache, stats, with_masquerade
 from provision.driver_stand_ins import runfile_install
 from provision.files import cache_root, cached_pypi_file, pinned_wheel, serve, tree_state
 from provision.inventory import chroot_inventory, require_ansible
@@ -86,7 +88,9 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
     wheel = pinned_wheel("9.10-cu11")
     cached_pypi_file(wheel["path"], wheel["sha256"])
     source = snapshot_source(tmp_path / "source")
-    with serve(cache_root() / "pypi") as pypi:
+    # The module builds (DKMS, for the image's kernel and the upgrade's) go through a compiler cache kept across runs.
+    with serve(cache_root() / "pypi") as pypi, compiler_cache(root):
+        env = with_masquerade(ansible_env())
         # The default inventory's stack settings (inventory/group_vars): gpulab_profile auto, the default sources.
         host = {
             "root": root,
@@ -112,7 +116,7 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         sources.write_text(stock.replace("Components: main contrib non-free non-free-firmware", "Components: main"))
         in_chroot(root, "apt-get", "update", "-q")
         started = time.monotonic()
-        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
+        first = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY, env=env)
         first_s = time.monotonic() - started
         assert first.rc == 0, first.explain()
         assert installed_version(root, "linux-headers-amd64") is not None
@@ -130,8 +134,9 @@ def test_driver_cuda_and_cudnn_install_in_a_debian_root_and_rerun_changes_nothin
         upgrade_s = time.monotonic() - started
 
         started = time.monotonic()
-        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY)
+        second = ansible_playbook("playbooks/gpu_nodes.yml", inventory, *GPU_STACK_ONLY, env=env)
         second_s = time.monotonic() - started
+        print("compiler cache:\n" + stats(root))
     print(f"\nfirst run {first_s:.0f} s, upgrade to {new_kernels} {upgrade_s:.0f} s, second run {second_s:.0f} s")
     print(first.recap_text())
     print(second.recap_text())
