@@ -160,7 +160,7 @@ def test_style_transfer_images_and_options(tmp_path):
 
 
 def test_style_transfer_loads_vgg_weights(tmp_path):
-    from gpulab.workloads.style_transfer import vgg19_features
+    from gpulab.workloads.vgg import vgg19_features
 
     path = tmp_path / "vgg19.pth"
     torch.save({f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}, path)
@@ -185,7 +185,7 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
 
 def _weights_files(tmp_path):
     """name -> (path, what the message says is wrong) for files that are not VGG19 state dicts."""
-    from gpulab.workloads.style_transfer import vgg19_features
+    from gpulab.workloads.vgg import vgg19_features
 
     good = {f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}
     files = {}
@@ -215,7 +215,7 @@ def _weights_files(tmp_path):
 
 
 def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
-    from gpulab.workloads.style_transfer import load_vgg_weights, vgg19_features
+    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
 
     features = vgg19_features(30, "max")
     for path, why in _weights_files(tmp_path).values():
@@ -228,7 +228,7 @@ def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
 
 
 def test_vgg_weights_pickle_code_does_not_run(tmp_path):
-    from gpulab.workloads.style_transfer import load_vgg_weights, vgg19_features
+    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
 
     marker, path = tmp_path / "ran", tmp_path / "evil.pth"
     path.write_bytes(pickle.dumps({"features.0.weight": _Touch(marker, "open")}, protocol=2))

@@ -52,6 +52,56 @@ def _alike(settings: Sequence[StyleSettings]) -> None:
                 )
 
 
+def _targets(
+    features: Any,
+    taps: frozenset[int],
+    layers: int,
+    settings: Sequence[StyleSettings],
+    tap_weights_of: Sequence[tuple[dict[Any, float], dict[Any, float]]],
+    images: Sequence[Any],
+    prepared: Any,
+) -> tuple[list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]:
+    """The batch's loss terms: per content layer ([B] weights, the shared target), per style layer ([B] Gram scales,
+    [B, C, C] targets, each run's from its style images at its scale; style weights folded into the scale, as a run
+    alone has them). A run whose weight for a layer is zero gets zeros there: nothing, and no gradient."""
+    import torch
+
+    def run(x: Any) -> dict[int, Any]:
+        out = {}
+        for i, layer in enumerate(features):
+            x = layer(x)
+            if i in taps:
+                out[i] = x
+        return out
+
+    def vector(values: Sequence[float]) -> Any:
+        return torch.tensor(list(values), dtype=torch.float32, device=feats[next(iter(feats))].device)
+
+    feats = run(prepared(images[0].content))
+    content_terms = [
+        (i, vector([c.get(i, 0.0) for c, _ in tap_weights_of]), feats[i].float())
+        for i in CONTENT_LAYERS.values()
+        if i < layers
+    ]
+    style_feats: dict[tuple[float, ...], list[dict[int, Any]]] = {}
+    for st, image in zip(settings, images, strict=True):
+        if tuple(st.scales) not in style_feats:
+            style_feats[tuple(st.scales)] = [run(prepared(a)) for a in image.styles]
+    style_terms = []
+    for i in (i for i in STYLE_LAYERS.values() if i < layers):
+        _, c, h, wd = feats[i].shape
+        scales, targets = [], []
+        for (_, style), st in zip(tap_weights_of, settings, strict=True):
+            root = math.sqrt(style.get(i, 0.0))
+            found = style_feats[tuple(st.scales)]
+            targets.append(
+                sum(gram(sf[i].float(), root / (c * sf[i].shape[2] * sf[i].shape[3])) / len(found) for sf in found)
+            )
+            scales.append(root / (c * h * wd))
+        style_terms.append((i, vector(scales), torch.stack(targets)))
+    return content_terms, style_terms
+
+
 class BatchedStyleSession(StyleSessionBase):
     """B style-transfer runs as one session: step() returns the batch's summed loss, `run_losses` each run's."""
 
@@ -95,52 +145,12 @@ class BatchedStyleSession(StyleSessionBase):
         def prepared(x: Any) -> Any:
             return to_tensor(x, device).contiguous(memory_format=memory_format)
 
-        def run(x: Any) -> dict[int, Any]:
-            out = {}
-            for i, layer in enumerate(self._features):
-                x = layer(x)
-                if i in self._taps:
-                    out[i] = x
-            return out
-
         images = [load_images(st) for st in settings]  # the same content for all; styles at each run's scale
         content = prepared(images[0].content)
-        style_grams: dict[tuple[float, ...], list[dict[int, Any]]] = {}
-
-        def vector(values: Sequence[float]) -> Any:
-            return torch.tensor(list(values), dtype=torch.float32, device=device)
-
         with torch.no_grad():
-            feats = run(content)
-            content_terms = []
-            for i in CONTENT_LAYERS.values():
-                if i < layers:
-                    weights_i = vector([c.get(i, 0.0) for c, _ in taps])
-                    content_terms.append((i, weights_i, feats[i].float()))
-            style_terms = []
-            for st, image in zip(settings, images, strict=True):
-                key = tuple(st.scales)
-                if key not in style_grams:
-                    style_grams[key] = [run(prepared(a)) for a in image.styles]
-            for i in STYLE_LAYERS.values():
-                if i >= layers:
-                    continue
-                _, c, h, wd = feats[i].shape
-                scales, targets = [], []
-                for (_, style), st in zip(taps, settings, strict=True):
-                    w = style.get(i, 0.0)
-                    style_feats = style_grams[tuple(st.scales)]
-                    blend = 1.0 / len(style_feats)
-                    targets.append(
-                        sum(
-                            blend * gram(sf[i].float(), math.sqrt(w) / (c * sf[i].shape[2] * sf[i].shape[3]))
-                            for sf in style_feats
-                        )
-                    )
-                    scales.append(math.sqrt(w) / (c * h * wd))
-                style_terms.append((i, vector(scales), torch.stack(targets)))
+            content_terms, style_terms = _targets(self._features, self._taps, layers, settings, taps, images, prepared)
         self._content, self._style = content_terms, style_terms
-        self._tv_weights = vector([st.tv_weight for st in settings])
+        self._tv_weights = torch.tensor([st.tv_weight for st in settings], dtype=torch.float32, device=device)
         self._loss = compiled_batched_loss(first.loop)
         autocast = self._numerics.autocast_dtype
         self._autocast = (self._numerics.device_type, getattr(torch, autocast)) if autocast else None
