@@ -230,10 +230,10 @@ def test_the_work_line_sets_the_rate_against_the_datasheet():
 
 
 def test_parsers_of_the_command_line_say_the_fix():
-    from gpulab.studies.commands import _batch_runs
+    from gpulab.studies.commands import _auto_or_count
 
     with pytest.raises(argparse.ArgumentTypeError, match="'0' is not auto or a whole number ≥ 1"):
-        _batch_runs("0")
+        _auto_or_count("0")
 
 
 def test_a_second_psweep_call_keeps_the_first_runs_vary_label(tmp_path, monkeypatch):

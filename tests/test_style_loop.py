@@ -30,7 +30,9 @@ def test_a_compiled_step_follows_the_eager_trajectory_and_compiles_once_for_ever
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setitem(style_loops._COMPILED, "compile", torch.compile(style_loops.style_loss, backend=counter))
+    monkeypatch.setitem(
+        style_loops._COMPILED, ("style_loss", "compile"), torch.compile(style_loops.style_loss, backend=counter)
+    )
     for weights in ({}, {"style_weight": 7.0, "tv_weight": 3.0, "content_weight": 2.0, "learning_rate": 4.0}):
         eager, compiled = _trajectory("eager", **weights), _trajectory("compile", **weights)
         assert compiled == pytest.approx(eager, rel=1e-5) and compiled[-1] < compiled[0]
@@ -60,7 +62,9 @@ def test_a_step_whose_cuda_graph_fails_to_record_goes_on_compiled_without_graphs
     graphs and its facts say so; any other error is the run's."""
     from gpulab.workloads import style_loops
 
-    monkeypatch.setitem(style_loops._COMPILED, "compile", style_loops.style_loss)  # no inductor build on a CPU
+    monkeypatch.setitem(
+        style_loops._COMPILED, ("style_loss", "compile"), style_loops.style_loss
+    )  # no inductor build on a CPU
     session = build(RunConfig("style_transfer", size="tiny", seed=3, params={"width": 32, "iterations": 3}), "cpu")
     calls = []
 

@@ -23,10 +23,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpulab.errors import GpulabError
 from gpulab.records import Sizing
+from gpulab.studies.packing import AUTO, auto_or_count
 
-AUTO = "auto"
 KEY = "batch_runs"  # the chosen size's name in sessions.json
 MAX_AUTO = 64  # 512-px runs on an H200, s per run: 2.79 alone, 2.40 in 8, 2.10 in 32 (compiled, CUDA graphs)
 CPU_AUTO = 8
@@ -38,13 +37,7 @@ BOOKKEEPING = ("seed", "repeat")  # may differ inside a batch: each image starts
 
 def batch_runs_value(value: Any) -> int | str:
     """A checked `batch_runs` setting: "auto" or an int ≥ 1; GpulabError otherwise."""
-    if value == AUTO:
-        return AUTO
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise GpulabError(f"batch_runs: {value!r} is not auto or a whole number ≥ 1; {HINT}")
-    return int(value)
+    return auto_or_count(value, KEY, HINT)
 
 
 def why_not(study: Any) -> str | None:

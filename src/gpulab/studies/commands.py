@@ -220,20 +220,12 @@ def _count(text: str) -> int | str:
     return value
 
 
-def _per_gpu(text: str) -> int | str:
-    from gpulab.studies.packing import per_gpu_value
+def _auto_or_count(text: str) -> int | str:
+    """--per-gpu and --batch-runs: auto or a whole number ≥ 1."""
+    from gpulab.studies.packing import auto_or_count
 
     try:
-        return per_gpu_value(text)
-    except GpulabError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
-
-
-def _batch_runs(text: str) -> int | str:
-    from gpulab.studies.batching import batch_runs_value
-
-    try:
-        return batch_runs_value(text)
+        return auto_or_count(text, "", "")
     except GpulabError:
         raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
 
@@ -241,7 +233,7 @@ def _batch_runs(text: str) -> int | str:
 def _worker_per_gpu(text: str) -> int:
     """--per-gpu of `study worker`: the grammar of `study run`'s, where auto is refused (a worker has no study to
     size from: the study's own `run` sizes its packing; give the number it chose, in its sessions.json)."""
-    value = _per_gpu(text)
+    value = _auto_or_count(text)
     if value == "auto":
         raise argparse.ArgumentTypeError(
             "auto is sized by `gpulab study run` from the study's first runs; a worker takes a number (the study's "
@@ -286,13 +278,13 @@ def add_commands(sub: Any) -> None:
         verb.add_argument("--workers", type=_count, help="workers to start here: all GPUs (default) or N")
         verb.add_argument(
             "--per-gpu",
-            type=_per_gpu,
+            type=_auto_or_count,
             help="runs at once on each GPU: auto (the study file's default: sized from the first runs' memory and "
             "GPU use) or N (1: one at a time)",
         )
         verb.add_argument(
             "--batch-runs",
-            type=_batch_runs,
+            type=_auto_or_count,
             help="runs that differ only in numbers optimised together as one batch: N, auto (sized from the first "
             "batch's memory) or 1 (one at a time); default: the study file's batch_runs, else 1",
         )

@@ -42,15 +42,21 @@ PROBE_RUNS = 2  # per GPU; the last one is measured
 HINT = "give auto or a whole number ≥ 1 (1: one run per GPU at a time)"
 
 
-def per_gpu_value(value: Any) -> int | str:
-    """A checked `per_gpu` setting: "auto" or an int ≥ 1; GpulabError otherwise."""
+def auto_or_count(value: Any, key: str, hint: str) -> int | str:
+    """A checked `auto | N` setting (per_gpu, batch_runs): "auto" or an int ≥ 1 (digits in text taken as one);
+    GpulabError naming `key` and `hint` otherwise."""
     if value == AUTO:
         return AUTO
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise GpulabError(f"per_gpu: {value!r} is not auto or a whole number ≥ 1; {HINT}")
+        raise GpulabError(f"{key}: {value!r} is not auto or a whole number ≥ 1; {hint}")
     return int(value)
+
+
+def per_gpu_value(value: Any) -> int | str:
+    """A checked `per_gpu` setting: "auto" or an int ≥ 1; GpulabError otherwise."""
+    return auto_or_count(value, "per_gpu", HINT)
 
 
 def packed(slots: Sequence[Any], per_gpu: int, totals_mib: dict[str, float] | None = None) -> list[Any]:

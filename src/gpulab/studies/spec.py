@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,21 +409,22 @@ def _count(value: Any, key: str, problems: list[str]) -> int | str:
 def _per_gpu(value: Any, problems: list[str]) -> int | str:
     from gpulab.studies.packing import AUTO, per_gpu_value
 
-    try:
-        return per_gpu_value(value)
-    except GpulabError as err:
-        problems.append(str(err))
-        return AUTO
+    return _checked(per_gpu_value, value, problems, AUTO)
 
 
 def _batch_runs(value: Any, problems: list[str]) -> int | str:
     from gpulab.studies.batching import batch_runs_value
 
+    return _checked(batch_runs_value, value, problems, 1)
+
+
+def _checked(parse: Callable[[Any], int | str], value: Any, problems: list[str], fallback: int | str) -> int | str:
+    """`parse(value)`, or `fallback` with its refusal added to `problems` (every problem is reported at once)."""
     try:
-        return batch_runs_value(value)
+        return parse(value)
     except GpulabError as err:
         problems.append(str(err))
-        return 1
+        return fallback
 
 
 def _positive(value: Any, key: str, problems: list[str]) -> int:

@@ -169,8 +169,7 @@ def _batch_here(psets: list[dict[str, Any]], device: str) -> list[dict[str, Any]
         peak = torch.cuda.max_memory_allocated(0)
         batch["max_memory_mib"] = round(peak / n / 2**20, 1)
         batch["batch_memory_mib"] = round((peak - before) / 2**20, 1)
-        free, total = torch.cuda.mem_get_info(0)
-        batch["gpu_context_mib"] = round(max(0, total - free - torch.cuda.memory_reserved(0)) / 2**20, 1)
+        batch["gpu_context_mib"] = round(_context_bytes(torch) / 2**20, 1)
         batch.update(gpu_footprint(torch))
     out = []
     for k, (cfg, facts) in enumerate(zip(cfgs, finished, strict=True)):
@@ -341,10 +340,15 @@ def gpu_footprint(torch: Any) -> dict[str, float]:
     allocator's blocks) plus the run's peak of tensors; and the GPU's memory. What a study packing several runs per
     GPU sizes from (gpulab.studies.packing). Blocks merely cached are left out: cuDNN's autotuner leaves tens of GiB
     cached after a worker's first run, which a later run on the same shapes never asks for again."""
-    free, total = torch.cuda.mem_get_info(0)
-    context = max(0, total - free - torch.cuda.memory_reserved(0))
-    used = context + torch.cuda.max_memory_allocated(0)
+    used = _context_bytes(torch) + torch.cuda.max_memory_allocated(0)
+    total = torch.cuda.mem_get_info(0)[1]
     return {"gpu_process_mib": round(used / 2**20, 1), "gpu_total_mib": round(total / 2**20, 1)}
+
+
+def _context_bytes(torch: Any) -> int:
+    """What the GPU holds beyond this process's allocator: its context and libraries (and other tenants')."""
+    free, total = torch.cuda.mem_get_info(0)
+    return max(0, total - free - torch.cuda.memory_reserved(0))
 
 
 def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads.common import Numerics
 from gpulab.workloads.images import to_tensor
-from gpulab.workloads.style_loops import batched_style_loss, compiled_batched_loss, effective_loop, gram
+from gpulab.workloads.style_loops import (
+    batched_style_loss,
+    compiled_batched_loss,
+    effective_loop,
+    gram,
+    graphs_or_compiled,
+    tapped,
+)
 from gpulab.workloads.style_transfer import (
     BATCH_SHARED,
     CONTENT_LAYERS,
@@ -66,18 +73,10 @@ def _targets(
     alone has them). A run whose weight for a layer is zero gets zeros there: nothing, and no gradient."""
     import torch
 
-    def run(x: Any) -> dict[int, Any]:
-        out = {}
-        for i, layer in enumerate(features):
-            x = layer(x)
-            if i in taps:
-                out[i] = x
-        return out
-
     def vector(values: Sequence[float]) -> Any:
         return torch.tensor(list(values), dtype=torch.float32, device=feats[next(iter(feats))].device)
 
-    feats = run(prepared(images[0].content))
+    feats = tapped(features, taps, prepared(images[0].content))
     content_terms = [
         (i, vector([c.get(i, 0.0) for c, _ in tap_weights_of]), feats[i].float())
         for i in CONTENT_LAYERS.values()
@@ -86,7 +85,7 @@ def _targets(
     style_feats: dict[tuple[float, ...], list[dict[int, Any]]] = {}
     for st, image in zip(settings, images, strict=True):
         if tuple(st.scales) not in style_feats:
-            style_feats[tuple(st.scales)] = [run(prepared(a)) for a in image.styles]
+            style_feats[tuple(st.scales)] = [tapped(features, taps, prepared(a)) for a in image.styles]
     style_terms = []
     for i in (i for i in STYLE_LAYERS.values() if i < layers):
         _, c, h, wd = feats[i].shape
@@ -197,16 +196,7 @@ class BatchedStyleSession(StyleSessionBase):
         return torch.cat(self._images)
 
     def step(self) -> Any:
-        try:
-            total, per_run = self._step()
-        except RuntimeError as err:
-            # torch's CUDA-graph trees can fail to record a step (pytorch/pytorch#154306; seen on an H200 in 2 of
-            # 20 batches): the batch goes on compiled without graphs, and says so (as one run alone does).
-            if not (self._graphs and "graph recording" in str(err)):
-                raise
-            self._graphs, self._loss = False, compiled_batched_loss("compile")
-            self.info.update(loop="compile", loop_note=f"CUDA graphs failed to record ({str(err)[:80]})")
-            total, per_run = self._step()
+        total, per_run = graphs_or_compiled(self, self._step, compiled_batched_loss)
         self._steps_run += 1
         # A CUDA graph's outputs are overwritten by its next replay: the step keeps its own copies.
         self.run_losses.append(per_run.detach().clone() if self._graphs else per_run.detach())

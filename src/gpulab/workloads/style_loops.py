@@ -60,19 +60,51 @@ def style_loss(
     return loss
 
 
-_COMPILED: dict[str, Any] = {}
+_COMPILED: dict[tuple[str, str], Any] = {}
 
 
-def compiled_loss(loop: str) -> Any:
-    """style_loss as `loop` runs it: itself (eager), or compiled once per process for each compiled loop."""
+def compiled(loss: Any, loop: str) -> Any:
+    """`loss` (style_loss or batched_style_loss) as `loop` runs it: itself (eager), or compiled once per process for
+    each compiled loop."""
     if loop == "eager":
-        return style_loss
-    if loop not in _COMPILED:
+        return loss
+    key = (loss.__name__, loop)
+    if key not in _COMPILED:
         import torch
 
         mode = "reduce-overhead" if loop == "compile-graphs" else None
-        _COMPILED[loop] = torch.compile(style_loss, mode=mode)
-    return _COMPILED[loop]
+        _COMPILED[key] = torch.compile(loss, mode=mode)
+    return _COMPILED[key]
+
+
+def compiled_loss(loop: str) -> Any:
+    """style_loss as `loop` runs it."""
+    return compiled(style_loss, loop)
+
+
+def graphs_or_compiled(session: Any, step: Any, compiled_without_graphs: Any) -> Any:
+    """`step()` of a torch style-transfer session (one run or a batch). Should torch's CUDA-graph trees fail to record
+    it ("graph recording observed an input tensor deallocate", pytorch/pytorch#154306; seen on an H100 in 2 of 252
+    study runs, on an H200 in 2 of 20 batches), the session goes on compiled without graphs
+    (`compiled_without_graphs("compile")` is its loss), says so in its facts, and runs the step again."""
+    try:
+        return step()
+    except RuntimeError as err:
+        if not (session._graphs and "graph recording" in str(err)):
+            raise
+        session._graphs, session._loss = False, compiled_without_graphs("compile")
+        session.info.update(loop="compile", loop_note=f"CUDA graphs failed to record ({str(err)[:80]})")
+        return step()
+
+
+def tapped(features: Any, taps: frozenset[int], x: Any) -> dict[int, Any]:
+    """`x` through `features`, the outputs of the layers in `taps` by index (targets, computed without gradients)."""
+    out = {}
+    for i, layer in enumerate(features):
+        x = layer(x)
+        if i in taps:
+            out[i] = x
+    return out
 
 
 def batched_style_loss(
@@ -133,16 +165,6 @@ def batched_gram(features: Any) -> Any:
     return torch.bmm(flat, flat.transpose(1, 2))
 
 
-_COMPILED_BATCHED: dict[str, Any] = {}
-
-
 def compiled_batched_loss(loop: str) -> Any:
-    """batched_style_loss as `loop` runs it (see compiled_loss)."""
-    if loop == "eager":
-        return batched_style_loss
-    if loop not in _COMPILED_BATCHED:
-        import torch
-
-        mode = "reduce-overhead" if loop == "compile-graphs" else None
-        _COMPILED_BATCHED[loop] = torch.compile(batched_style_loss, mode=mode)
-    return _COMPILED_BATCHED[loop]
+    """batched_style_loss as `loop` runs it."""
+    return compiled(batched_style_loss, loop)

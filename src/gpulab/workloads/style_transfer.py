@@ -29,7 +29,7 @@ from gpulab.workloads.common import Numerics, Params, batch_and_steps, seed_ever
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, input_file
 from gpulab.workloads.registry import Workload
-from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram
+from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram, graphs_or_compiled, tapped
 from gpulab.workloads.vgg import VGG_WEIGHTS_HINT, ready_features
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
@@ -400,29 +400,14 @@ class StyleTransferSession(StyleSessionBase):
         }
 
     def _run(self, x: Any) -> dict[int, Any]:
-        out = {}
-        for i, layer in enumerate(self._features):
-            x = layer(x)
-            if i in self._taps:
-                out[i] = x
-        return out
+        return tapped(self._features, self._taps, x)
 
     def wrap(self, wrapper: Any) -> None:
         """Nothing to wrap: the optimised variable is the image; each process optimises its own."""
         self.info["wrapper"] = None
 
     def step(self) -> Any:
-        try:
-            loss = self._step()
-        except RuntimeError as err:
-            # torch's CUDA-graph trees can fail to record a step ("graph recording observed an input tensor
-            # deallocate", pytorch/pytorch#154306; seen on an H100 in 2 of 252 study runs): the run goes on
-            # compiled without graphs, and says so.
-            if not (self._graphs and "graph recording" in str(err)):
-                raise
-            self._graphs, self._loss = False, compiled_loss("compile")
-            self.info.update(loop="compile", loop_note=f"CUDA graphs failed to record ({str(err)[:80]})")
-            loss = self._step()
+        loss = graphs_or_compiled(self, self._step, compiled_loss)
         self._steps_run += 1
         # A CUDA graph's output is overwritten by its next replay: the loss a step hands back is its own copy.
         self._last_loss = loss.detach().clone() if self._graphs else loss.detach()
