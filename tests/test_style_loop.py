@@ -79,3 +79,30 @@ def test_a_step_whose_cuda_graph_fails_to_record_goes_on_compiled_without_graphs
     session._graphs, session._loss = True, lambda *a: (_ for _ in ()).throw(RuntimeError("CUDA out of memory"))
     with pytest.raises(RuntimeError, match="out of memory"):
         session.step()
+
+
+@pytest.mark.slow  # about a minute: as above, for the batched loss
+def test_a_workers_batches_of_every_size_share_one_compiled_loss(monkeypatch):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from gpulab.workloads import style_loops
+    from gpulab.workloads.style_batch import BatchedStyleSession
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    key = ("batched_style_loss", "compile")
+    monkeypatch.setitem(style_loops._COMPILED, key, torch.compile(style_loops.batched_style_loss, backend=counter))
+
+    def losses(loop: str, runs: int) -> list[float]:
+        cfgs = [
+            RunConfig("style_transfer", size="tiny", seed=k, params={"width": 32, "loop": loop, "tv_weight": 1.0 + k})
+            for k in range(runs)
+        ]
+        session = BatchedStyleSession(cfgs, "cpu")
+        for _ in range(3):
+            session.step()
+        return [loss for step in session.run_losses for loss in step.tolist()]
+
+    for runs in (4, 7, 3):  # the probe's batch, a sized one, a shorter last
+        assert losses("compile", runs) == pytest.approx(losses("eager", runs), rel=1e-5)
+    assert counter.frame_count == 1  # one graph: the batch dimension is not specialised on
