@@ -13,6 +13,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
 from gpulab.launch.common import check_config, resolve_builder
+from gpulab.names import CommBackend
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import jsonable, report_json
 from test_launch_stub import BUILDER, stub_data, stub_model
@@ -56,7 +57,7 @@ def test_ddp_over_gloo_matches_one_process_on_the_whole_batch(child_path):
     """Two gloo ranks with 4 samples each, linear scaling rule on: one step must equal one process training
     on the 8 samples with lr × 2 (DDP averages the gradients)."""
     cfg = RunConfig("stub", batch=4, steps=1, warmup=0, size="tiny", params={"learning_rate": 0.05})
-    r = run_ddp(cfg, 2, scale_lr=True, backend="gloo", builder=BUILDER, timeout_s=240)
+    r = run_ddp(cfg, 2, scale_lr=True, comm_backend=CommBackend.GLOO, builder=BUILDER, timeout_s=240)
     assert (r.launcher, r.n, r.devices, r.batch, r.iterations) == ("ddp", 2, ["cpu", "cpu"], 4, 1)
     p = r.params
     assert p["backend"] == "gloo" and p["world"] == 2 and len(p["rank_seconds"]) == 2
@@ -190,7 +191,7 @@ def test_gpu_launchers_say_what_is_missing_without_a_gpu():
     with pytest.raises(GpulabError, match="needs a CUDA GPU"):
         run_gpu(RunConfig("stub", size="tiny"), builder=BUILDER)
     with pytest.raises(GpulabError, match="nccl backend needs CUDA GPUs"):
-        run_ddp(RunConfig("stub", size="tiny"), 2, backend="nccl", builder=BUILDER)
+        run_ddp(RunConfig("stub", size="tiny"), 2, comm_backend=CommBackend.NCCL, builder=BUILDER)
     with pytest.raises(GpulabError, match="exceed the"):
         run_ddp(RunConfig("stub", size="tiny"), (os.cpu_count() or 1) + 1, builder=BUILDER)
 

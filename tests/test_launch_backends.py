@@ -18,6 +18,7 @@ import pytest
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
 from gpulab.launch.spec import Launch, WorkerMessage
+from gpulab.names import CommBackend
 from gpulab.records import RunConfig
 
 HERE = Path(__file__).parent
@@ -144,9 +145,9 @@ def test_worker_message_round_trip(tmp_path):
     from gpulab.launch.common import plan_batch
 
     cfg = RunConfig("mnist", precision="bf16", batch=16, params={"learning_rate": 0.1})
-    message = WorkerMessage(cfg, plan_batch(cfg, 2, scale_lr=True), "ddp", comm_backend="gloo", threads=2)
+    message = WorkerMessage(cfg, plan_batch(cfg, 2, scale_lr=True), "ddp", comm_backend=CommBackend.GLOO, threads=2)
     again = WorkerMessage.read(message.write(tmp_path / "m.json"))
-    assert again == message and again.plan.lr == pytest.approx(0.2)
+    assert again == message and again.plan.lr == pytest.approx(0.2) and again.comm_backend is CommBackend.GLOO
 
 
 def test_launch_describes_itself():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.names import CommBackend
 from gpulab.records import Check, Result, RunConfig, TelemetrySummary, Threshold
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
@@ -178,7 +179,7 @@ def test_ddp_one_and_two_processes_interleaved_in_one_real_job(monkeypatch):
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     cfg = RunConfig("stub", batch=4, steps=8, warmup=1, size="tiny")
-    one, two = run_ddp_pair(cfg, 2, backend="gloo", builder="test_launch_stub:build", timeout_s=240)
+    one, two = run_ddp_pair(cfg, 2, comm_backend=CommBackend.GLOO, builder="test_launch_stub:build", timeout_s=240)
     assert (one.launcher, one.n, one.devices, two.n, two.devices) == ("ddp", 1, ["cpu"], 2, ["cpu", "cpu"])
     for row in (one, two):
         assert len(row.spread.windows) == 8 and row.value == pytest.approx(statistics.median(row.spread.windows))

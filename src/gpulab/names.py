@@ -1,4 +1,5 @@
-"""gpulab's vocabulary, named once: precisions, problem sizes, validation tiers, launchers and frameworks.
+"""gpulab's vocabulary, named once: precisions, problem sizes, validation tiers, launchers, frameworks, DDP's
+communication backends and driver branches.
 
 Every layer (workloads, probes, launchers, the validation suite, the report schema) takes its names and their
 meaning from here, so a precision or a tier means the same thing wherever it is read:
@@ -14,6 +15,7 @@ This module imports nothing heavy (no torch, no TensorFlow): the command line an
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from dataclasses import dataclass
 
@@ -134,12 +136,45 @@ def tier(name: str) -> Tier:
     return TIER_TABLE[name]
 
 
+# -- communication backends ----------------------------------------------------------------------------------
+class CommBackend(str, enum.Enum):
+    """The process group's backend under torch.distributed (DDP, the all-reduce probe): NCCL between GPUs, gloo
+    between CPU processes. Not a framework's backend (gpulab.launch.backends). A str, so that JSON writes its value;
+    parsed here only: `CommBackend.parse` at the edges (the command line, a worker's message, a report)."""
+
+    NCCL = "nccl"
+    GLOO = "gloo"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: object, what: str = "DDP backend") -> CommBackend:
+        """The backend `value` names (exactly its value, as `--backend` takes it), or a GpulabError naming `what`,
+        the value and the choices."""
+        if isinstance(value, CommBackend):
+            return value
+        if isinstance(value, str) and value in COMM_BACKENDS:
+            return cls(value)
+        raise GpulabError(f"unknown {what} {value!r}; choose one of: nccl (GPUs), gloo (CPU processes)")
+
+    @classmethod
+    def choose(cls, asked: CommBackend | None, *, gpus: bool) -> CommBackend:
+        """The backend `asked` for; when none was, NCCL where there are GPUs, else gloo."""
+        if asked is not None:
+            return asked
+        return cls.NCCL if gpus else cls.GLOO
+
+
+COMM_BACKENDS: tuple[str, ...] = tuple(b.value for b in CommBackend)
+
+
 # -- launchers and frameworks --------------------------------------------------------------------------------
 ONE_DEVICE_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu")
 MULTI_GPU_LAUNCHERS: tuple[str, ...] = ("ddp", "dataparallel", "mirrored", "sweep")
 RUN_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")  # `gpulab run --launcher`
 LAUNCHERS: tuple[str, ...] = (*ONE_DEVICE_LAUNCHERS, *MULTI_GPU_LAUNCHERS)
-PROBE_LAUNCHERS: tuple[str, ...] = ("nccl", "gloo")  # the all-reduce probes' transports
+PROBE_LAUNCHERS: tuple[str, ...] = COMM_BACKENDS  # the all-reduce probes' launcher is their transport
 REPORT_LAUNCHERS: tuple[str, ...] = (*LAUNCHERS, *PROBE_LAUNCHERS)
 
 # Frameworks the launchers know by default; a backend module may add its own (gpulab.launch.backends).

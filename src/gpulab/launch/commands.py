@@ -24,7 +24,7 @@ from gpulab.launch import backends, progress
 from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
-from gpulab.names import BATCH_POLICIES, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS
+from gpulab.names import BATCH_POLICIES, COMM_BACKENDS, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS, CommBackend
 from gpulab.progress_line import ProgressLine
 from gpulab.records import Result, RunConfig
 from gpulab.report.append import append_results
@@ -233,7 +233,7 @@ def launch_from_args(args: argparse.Namespace, launcher: str) -> Launch:
         threads=args.threads,
         batch_policy=args.batch_policy,
         scale_lr=args.scale_lr,
-        comm_backend=getattr(args, "backend", None),
+        comm_backend=getattr(args, "comm_backend", None),
         builder=args.builder,
         timeout_s=args.timeout,
         telemetry=not args.no_telemetry,
@@ -339,6 +339,14 @@ def _positive(text: str) -> int:
     return _whole_number(text, 1)
 
 
+def _comm_backend(text: str) -> CommBackend:
+    """--backend: DDP's process-group backend, read by its one parser (argparse shows the message on a bad one)."""
+    try:
+        return CommBackend.parse(text)
+    except GpulabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -419,7 +427,13 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--launcher", choices=RUN_LAUNCHERS, default="gpu", help="how to run it (default gpu)")
     run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
     run.add_argument("--index", type=_non_negative, default=0, help="which GPU for --launcher gpu (default 0)")
-    run.add_argument("--backend", choices=("nccl", "gloo"), help="DDP backend (default: nccl with GPUs, else gloo)")
+    run.add_argument(
+        "--backend",
+        dest="comm_backend",
+        type=_comm_backend,
+        metavar="{" + ",".join(COMM_BACKENDS) + "}",
+        help="DDP's process-group backend (default: nccl with GPUs, else gloo)",
+    )
     epochs = run.add_argument_group("epoch training (real data, validation after each epoch)")
     epochs.add_argument("--epochs", metavar="N", help="train N epochs over --data instead of timed steps")
     epochs.add_argument(

@@ -32,19 +32,18 @@ from gpulab.launch.common import (
 )
 from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
+from gpulab.names import CommBackend
 from gpulab.records import Result, RunConfig, TelemetrySummary
 from gpulab.telemetry import Sampler
 
 
-def ddp_backend(nprocs: int, backend: str | None, threads: int) -> str:
-    """The process-group backend for `nprocs` local processes (nccl with GPUs, else gloo), once they fit here."""
+def ddp_comm_backend(nprocs: int, asked: CommBackend | None, threads: int) -> CommBackend:
+    """The process-group backend for `nprocs` local processes (`asked`, else CommBackend.choose's), once they fit."""
     if nprocs < 1:
         raise GpulabError(f"--gpus must be at least 1, got {nprocs}")
     gpus = visible_gpus()
-    backend = backend or ("nccl" if gpus else "gloo")
-    if backend not in ("nccl", "gloo"):
-        raise GpulabError(f"unknown DDP backend {backend!r}; choose nccl (GPUs) or gloo (CPU processes)")
-    if backend == "nccl":
+    backend = CommBackend.choose(asked, gpus=gpus > 0)
+    if backend is CommBackend.NCCL:
         if gpus == 0:
             raise GpulabError("the nccl backend needs CUDA GPUs and torch sees none; use --backend gloo")
         if nprocs > gpus:
@@ -67,7 +66,7 @@ def run_ddp_workers(
     DDP launchers share it, so both start, time and sample their ranks alike."""
     backend, threads = message.comm_backend, message.threads
     assert backend is not None and threads is not None, "a DDP message names its backend and threads"
-    ordinals = list(range(nprocs)) if backend == "nccl" else []
+    ordinals = list(range(nprocs)) if backend is CommBackend.NCCL else []
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         out = Path(tmp) / "result.json"
         config_path = message.write(Path(tmp) / "run.json")
@@ -81,7 +80,7 @@ def run_ddp_workers(
                 nprocs,
                 out,
                 what=what,
-                backend=backend,
+                comm_backend=backend,
                 threads=threads,
                 timeout_s=timeout_s,
             )
@@ -97,7 +96,7 @@ def run_ddp(
     *,
     batch_policy: str = "per_device",
     scale_lr: bool = False,
-    backend: str | None = None,
+    comm_backend: CommBackend | None = None,
     threads: int = 1,
     builder: str | None = None,
     timeout_s: float = 3600.0,
@@ -105,7 +104,7 @@ def run_ddp(
 ) -> Result:
     """DDP over `nprocs` processes on one host: GPUs cuda:0..nprocs-1 with NCCL, else CPU processes with gloo."""
     check_config(cfg, builder)
-    backend = ddp_backend(nprocs, backend, threads)
+    backend = ddp_comm_backend(nprocs, comm_backend, threads)
     plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
     message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend)
     data, sampler = run_ddp_workers(
@@ -127,13 +126,13 @@ def run_ddp(
     )
     devices = [r["device"] for r in sorted(ranks, key=lambda r: r["rank"])]
     extra = {
-        "backend": data["backend"],
+        "backend": backend.value,
         "world": data["world"],
         "threads": data["threads"],
         "seed_per_rank": "seed + rank",
         "rank_seconds": [r["seconds"] for r in ranks],
     }
-    if backend == "nccl":
+    if backend is CommBackend.NCCL:
         by_rank = [r["memory"] for r in sorted(ranks, key=lambda r: r["rank"])]
         extra.update(by_rank[0])
         for key in ("max_memory_allocated_mib", "warmup_max_memory_allocated_mib"):
@@ -175,7 +174,7 @@ def run_ddp_pair(
     cfg: RunConfig,
     nprocs: int,
     *,
-    backend: str | None = None,
+    comm_backend: CommBackend | None = None,
     threads: int = 1,
     builder: str | None = None,
     windows: int | None = None,
@@ -185,7 +184,7 @@ def run_ddp_pair(
     """DDP on one GPU and on `nprocs` GPUs in one job, windows interleaved (gpulab.launch.ddp_worker._paired_main):
     (one-GPU row, N-GPU row), each with the spread of its windows. Both sides paid the same start-up and warm-up."""
     check_config(cfg, builder)
-    backend = ddp_backend(nprocs, backend, threads)
+    backend = ddp_comm_backend(nprocs, comm_backend, threads)
     plan = plan_batch(cfg, nprocs, "per_device", False)
     extra = {"paired": True, **({"windows": windows} if windows else {})}
     message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend, extra=extra)
@@ -219,7 +218,7 @@ def run_ddp_pair(
             data["info"],
             data["finish"],
             timing,
-            backend=data["backend"],
+            backend=backend.value,
             world=n,
             threads=data["threads"],
             interleaved=f"one-GPU and {nprocs}-GPU windows alternated in one job (ABBA)",

@@ -4,9 +4,9 @@
         --config run.json --out result.json
 
 run.json (written by `gpulab.launch.ddp.run_ddp`) is a gpulab.launch.spec.WorkerMessage: the RunConfig, the
-batch plan, the builder, comm_backend nccl | gloo and the threads per process. Each rank builds its Session on
-cuda:LOCAL_RANK (NCCL) or the CPU (gloo) with seed = run.seed + rank, so ranks draw different synthetic batches
-while DDP broadcasts rank 0's initial weights to all. Rank 0 writes the result atomically.
+batch plan, the builder, the comm_backend its parent chose (nccl | gloo) and the threads per process. Each rank
+builds its Session on cuda:LOCAL_RANK (NCCL) or the CPU (gloo) with seed = run.seed + rank, so ranks draw different
+synthetic batches while DDP broadcasts rank 0's initial weights to all. Rank 0 writes the result atomically.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from gpulab.launch.common import (
     write_json_atomic,
 )
 from gpulab.launch.spec import WorkerMessage
+from gpulab.names import CommBackend
 
 PG_TIMEOUT_S = 1800.0  # a collective that waits longer than this is stuck
 
@@ -43,17 +44,19 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     cfg = message.run
-    backend = message.comm_backend or "gloo"
+    backend = message.comm_backend
+    assert backend is not None, "the parent names the backend it chose (gpulab.launch.ddp.ddp_comm_backend)"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     timeout = _dt.timedelta(seconds=PG_TIMEOUT_S)
-    if backend == "nccl":
+    nccl = backend is CommBackend.NCCL
+    if nccl:
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl", timeout=timeout, device_id=torch.device(device))
+        dist.init_process_group(backend.value, timeout=timeout, device_id=torch.device(device))
     else:
         device = "cpu"
         torch.set_num_threads(message.threads or 1)
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group(backend.value, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     set_cuda_flags(device)
     if message.epochs is not None:
@@ -69,10 +72,10 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
         )
 
     def wrap(model: Any) -> Any:
-        return DistributedDataParallel(model, device_ids=[local_rank] if backend == "nccl" else None)
+        return DistributedDataParallel(model, device_ids=[local_rank] if nccl else None)
 
     session.wrap(wrap)
-    if backend == "nccl":
+    if nccl:
 
         def barrier() -> None:
             dist.barrier(device_ids=[local_rank])
@@ -105,7 +108,6 @@ def rank_main(message: WorkerMessage, out: Path) -> None:
     if rank == 0:
         payload = {
             "world": world,
-            "backend": backend,
             "ranks": gathered,
             "steps": timing.steps,
             "wall_start": timing.wall_start,
@@ -173,7 +175,6 @@ def _paired_main(
     if rank == 0:
         payload = {
             "world": world,
-            "backend": message.comm_backend or "gloo",
             "ranks": gathered,
             "window_steps": sizes,
             "many_seconds": many_s,

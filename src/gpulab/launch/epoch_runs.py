@@ -155,10 +155,10 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
 
 
 def _ddp(launch: Launch, spec: EpochSpec) -> Result:
-    from gpulab.launch.ddp import ddp_backend, run_ddp_workers
+    from gpulab.launch.ddp import ddp_comm_backend, run_ddp_workers
 
     cfg, nprocs, threads = launch.cfg, launch.gpus, launch.threads or 1
-    backend = ddp_backend(nprocs, launch.comm_backend, threads)
+    backend = ddp_comm_backend(nprocs, launch.comm_backend, threads)
     plan = plan_batch(cfg, nprocs, launch.batch_policy, launch.scale_lr)
     message = WorkerMessage(cfg, plan, "ddp", threads=threads, comm_backend=backend, epochs=spec.to_dict())
     data, sampler = run_ddp_workers(
@@ -177,7 +177,7 @@ def _ddp(launch: Launch, spec: EpochSpec) -> Result:
     plan = plan.resolved(int(record["batch"]))
     summary = sampler.summary(data["wall_start"], data["wall_end"]) if sampler is not None else None
     extra = {
-        "backend": backend,
+        "backend": backend.value,
         "world": data["world"],
         "threads": data["threads"],
         "rank_final_metrics": data["rank_final_metrics"],

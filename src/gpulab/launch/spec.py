@@ -36,7 +36,7 @@ class Launch:
     threads: int | None = None  # CPU threads (cpu launcher: per run; multi-process launchers: per process)
     batch_policy: str = "per_device"
     scale_lr: bool = False
-    comm_backend: str | None = None  # DDP's process-group backend (nccl, gloo); None: by what is present
+    comm_backend: names.CommBackend | None = None  # DDP's process group; None: CommBackend.choose's by the GPUs
     builder: str | None = None  # MODULE:FUNCTION building torch workloads
     timeout_s: float = DEFAULT_TIMEOUT_S
     telemetry: bool = True
@@ -63,7 +63,7 @@ class WorkerMessage:
     gpu: bool = False  # a sweep run: the one GPU CUDA_VISIBLE_DEVICES leaves visible (else the CPU)
     gpu_index: int = 0  # a one-GPU run: which of the visible GPUs
     device_label: str | None = None  # the device as the parent names it (cuda:K)
-    comm_backend: str | None = None  # DDP: nccl | gloo
+    comm_backend: names.CommBackend | None = None  # DDP: the backend its parent chose
     start_timeout_s: float = 600.0  # a sweep run: how long it waits for its peers after the warm-up
     epochs: dict[str, Any] | None = None  # an EpochSpec's dict: train in epochs instead of timed steps
     extra: dict[str, Any] = field(default_factory=dict)  # a backend's own fields
@@ -79,6 +79,8 @@ class WorkerMessage:
         d = dict(data)
         d["run"] = config_from_dict(d["run"])
         d["plan"] = BatchPlan(**d["plan"])
+        if d.get("comm_backend") is not None:
+            d["comm_backend"] = names.CommBackend.parse(d["comm_backend"], "worker message's comm_backend")
         return cls(**d)
 
     def write(self, path: Path) -> Path:

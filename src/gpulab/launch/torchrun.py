@@ -15,6 +15,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.interrupts import stop_child
+from gpulab.names import CommBackend
 
 _RETRIES = 1
 STOP_GRACE_S = 10.0  # for the agent to stop its workers before they are killed
@@ -33,7 +34,7 @@ def run_torchrun(
     out: Path,
     *,
     what: str,
-    backend: str,
+    comm_backend: CommBackend,
     threads: int = 1,
     timeout_s: float = 3600.0,
 ) -> dict[str, Any]:
@@ -53,11 +54,11 @@ def run_torchrun(
         if proc.returncode == 0 and out.exists():
             data: dict[str, Any] = json.loads(out.read_text())
             return data
-        if not (backend == "gloo" and aborted(proc)):
+        if not (comm_backend is CommBackend.GLOO and aborted(proc)):
             break
     assert proc is not None
     tail = ((proc.stderr or "") + (proc.stdout or ""))[-3000:]
-    raise GpulabError(f"{what} over {nprocs} {backend} processes failed (exit {proc.returncode}):\n{tail}")
+    raise GpulabError(f"{what} over {nprocs} {comm_backend} processes failed (exit {proc.returncode}):\n{tail}")
 
 
 def _run_agent(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:

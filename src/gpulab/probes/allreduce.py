@@ -4,7 +4,7 @@
 result rank 0 writes. Bus bandwidth = algorithm bandwidth × 2(n-1)/n, the figure nccl-tests prints, so the
 two are comparable.
 
-    python -m gpulab.probes.allreduce --mib 256 --iters 20 --out result.json   # one rank, under torchrun
+    python -m gpulab.probes.allreduce --mib 256 --iters 20 --backend nccl --out result.json  # a rank, under torchrun
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from gpulab.errors import GpulabError
 from gpulab.launch.common import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
+from gpulab.names import CommBackend
 from gpulab.records import Result
 from gpulab.report.spread import of_windows
 
@@ -33,12 +34,12 @@ def bus_bandwidth(algbw_gbs: float, n: int) -> float:
     return algbw_gbs * 2 * (n - 1) / n if n > 1 else algbw_gbs
 
 
-def _rank_main(mib: int, iters: int, out: Path) -> None:
+def _rank_main(mib: int, iters: int, backend: CommBackend, out: Path) -> None:
     import torch
     import torch.distributed as dist
 
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    use_cuda = backend is CommBackend.NCCL
+    dist.init_process_group(backend.value)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if use_cuda else "cpu"
     if use_cuda:
@@ -77,7 +78,6 @@ def _rank_main(mib: int, iters: int, out: Path) -> None:
         slowest = numel * 4 / algbw / 1e9
         payload = {
             "world": world,
-            "backend": dist.get_backend(),
             "bytes": numel * 4,
             "iters": iters,
             "seconds_per_iter": slowest,
@@ -95,15 +95,16 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
     """All-reduce over `nprocs` local processes (one per visible GPU, or CPU processes over gloo)."""
     if nprocs < 1:
         raise GpulabError(f"all-reduce needs at least 1 process, got {nprocs}")
+    backend = CommBackend.choose(None, gpus=_cuda())
     with tempfile.TemporaryDirectory(prefix="gpulab-allreduce-") as tmp:
         out = Path(tmp) / "result.json"
         data = run_torchrun(
             "gpulab.probes.allreduce",
-            [f"--mib={mib}", f"--iters={iters}", f"--out={out}"],
+            [f"--mib={mib}", f"--iters={iters}", f"--backend={backend}", f"--out={out}"],
             nprocs,
             out,
             what="all-reduce",
-            backend="nccl" if _cuda() else "gloo",
+            comm_backend=backend,
             timeout_s=timeout_s,
         )
     per_window = [t for t in data.get("window_seconds_per_iter") or [] if t > 0]
@@ -114,7 +115,7 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
     return Result(
         workload="allreduce",
         framework="torch",
-        launcher="nccl" if data["backend"] == "nccl" else "gloo",
+        launcher=backend.value,  # the probe's launcher is its transport (names.PROBE_LAUNCHERS)
         n=data["world"],
         precision="fp32",
         value=figure.median if figure else data["busbw_gbs"],
@@ -136,9 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one rank of the all-reduce probe (start it with torchrun)")
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--backend", type=CommBackend.parse, required=True, help="the one its parent chose")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    _rank_main(args.mib, args.iters, args.out)
+    _rank_main(args.mib, args.iters, args.backend, args.out)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class TorchBackend(Backend):
                 launch.gpus,
                 batch_policy=launch.batch_policy,
                 scale_lr=launch.scale_lr,
-                backend=launch.comm_backend,
+                comm_backend=launch.comm_backend,
                 threads=launch.threads or 1,
                 builder=builder,
                 timeout_s=launch.timeout_s,
