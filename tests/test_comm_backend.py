@@ -1,9 +1,12 @@
 """DDP's process-group backend is one value type, gpulab.names.CommBackend: read by its one parser at the edges
-(`--backend`, a worker's message) and chosen by one function when none is asked for."""
+(`--backend`, a worker's message, a report), chosen by one function when none is asked for, and recorded on a DDP
+row as its own field `comm_backend` from report schema /4 (older reports' params.backend is read into it)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,15 @@ from gpulab.errors import GpulabError
 from gpulab.launch.common import plan_batch
 from gpulab.launch.spec import WorkerMessage
 from gpulab.names import COMM_BACKENDS, CommBackend
-from gpulab.records import RunConfig
+from gpulab.records import READABLE_SCHEMAS, SCHEMA_ID, Result, RunConfig
+from gpulab.report.compare import compare
+from gpulab.report.io import ReportError, load_report, report_from_data, schema_errors, write_report
+from gpulab.report.render import to_markdown
+from report_builders import sample_report
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+# The recorded reports whose DDP rows carry params.backend: a /1 and a /3 one
+OLD_DDP_REPORTS = [REPORTS / "h200x4-standard.json", REPORTS / "h200x2-standard-a.json"]
 
 
 @pytest.mark.parametrize("member", list(CommBackend))
@@ -58,3 +69,59 @@ def test_a_worker_message_carries_the_backend_as_its_type(tmp_path):
     data["comm_backend"] = "mpi"
     with pytest.raises(GpulabError, match="unknown worker message's comm_backend 'mpi'"):
         WorkerMessage.from_dict(data)
+
+
+def _ddp_row(**fields: object) -> Result:
+    return Result("resnet50", "torch", "ddp", 2, "bf16", 1900.0, "samples/s", devices=["cuda:0", "cuda:1"], **fields)
+
+
+def test_a_ddp_rows_backend_is_its_own_field_in_the_schema():
+    report = sample_report()
+    report.results = [_ddp_row(comm_backend=CommBackend.NCCL), _ddp_row()]
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [r["comm_backend"] for r in data["results"]] == ["nccl", None] and schema_errors(data) == []
+    assert [r.comm_backend for r in report_from_data(data).results] == [CommBackend.NCCL, None]
+    data["results"][0]["comm_backend"] = "mpi"
+    with pytest.raises(ReportError, match=r"\$\.results\[0\] \(resnet50 torch ddp n=2 bf16\)\.comm_backend"):
+        report_from_data(data)
+
+
+@pytest.mark.parametrize("path", OLD_DDP_REPORTS, ids=lambda p: p.stem)
+def test_an_older_reports_ddp_rows_read_their_backend_from_params(path):
+    raw = json.loads(path.read_text())
+    assert raw["schema"] in READABLE_SCHEMAS and raw["schema"] != SCHEMA_ID
+    report = load_report(path)
+    for row, result in zip(raw["results"], report.results, strict=True):
+        old = (row.get("params") or {}).get("backend")
+        moved = row["launcher"] == "ddp" and old is not None
+        assert result.comm_backend == (CommBackend.parse(old) if moved else None)
+        assert "backend" not in result.params or not moved
+        assert result.key() == _key(row)  # compare's key is the row's, as before
+    assert any(r.comm_backend is CommBackend.NCCL for r in report.results)
+
+
+@pytest.mark.parametrize("path", OLD_DDP_REPORTS, ids=lambda p: p.stem)
+def test_an_older_report_shows_and_compares_as_before(tmp_path, path):
+    as_written = json.loads(path.read_text())
+    as_written["schema"] = SCHEMA_ID  # read without the move: params.backend stays where the run wrote it
+    before, now = report_from_data(as_written), load_report(path)
+    assert to_markdown(now) == to_markdown(before)
+    again = load_report(write_report(copy.deepcopy(now), tmp_path / "r.json"))  # written as the current version
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == SCHEMA_ID
+    assert [r.comm_backend for r in again.results] == [r.comm_backend for r in now.results]
+    c = compare([("before", before), ("again", again)])  # every row matched across versions
+    assert c.rows and all(row.ratios[1] == pytest.approx(1.0) for row in c.rows)
+
+
+def test_a_current_reports_params_are_left_as_written():
+    """From /4 on a row's params are its own: a workload parameter called backend is not a process group's."""
+    report = sample_report()
+    report.results = [_ddp_row(params={"backend": "gloo"})]
+    loaded = report_from_data(json.loads(json.dumps(report.to_dict())))
+    assert loaded.results[0].comm_backend is None and loaded.results[0].params == {"backend": "gloo"}
+
+
+def _key(row: dict) -> tuple:
+    params = row.get("params") or {}
+    series = f"{row['workload']} (epochs)" if params.get("mode") == "epochs" else row["workload"]
+    return (series, row["framework"], row["launcher"], row["n"], row["precision"], row.get("device") or "")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.cli import main
-from gpulab.records import Report
+from gpulab.records import READABLE_SCHEMAS, SCHEMA_ID, Report
 from gpulab.report.compare import compare
 from gpulab.report.io import load_report, write_report
 
@@ -133,7 +133,7 @@ def test_to_dict_puts_the_verdict_first_and_records_sides():
     assert data["host_load"] == {"a": "host load not recorded", "b": "host load not recorded"}
 
 
-@pytest.mark.parametrize("tag", ["gpulab.report/1", "gpulab.report/2", "gpulab.report/3"])
+@pytest.mark.parametrize("tag", READABLE_SCHEMAS)
 def test_reports_of_every_schema_version_load(tmp_path, tag):
     data = json.loads(H100.read_text())
     data["schema"] = tag
@@ -142,7 +142,7 @@ def test_reports_of_every_schema_version_load(tmp_path, tag):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     report = load_report(path)
-    assert report.schema == "gpulab.report/3" and report.host_load == ([QUIET] if not tag.endswith("/1") else [])
+    assert report.schema == SCHEMA_ID and report.host_load == ([QUIET] if not tag.endswith("/1") else [])
     assert all(r.spread is None for r in report.results)  # older reports kept no windows: judged on medians
 
 

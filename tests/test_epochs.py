@@ -11,6 +11,7 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.errors import GpulabError
+from gpulab.names import CommBackend
 from gpulab.records import RunConfig
 from gpulab.report.io import load_report
 from gpulab.training import EpochSpec, train_epochs
@@ -119,6 +120,8 @@ def test_ddp_gloo_two_processes_train_and_agree(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "epoch 1/2:" in out and "epoch 2/2:" in out and "val accuracy" in out
     (result,) = load_report(report).results  # the schema takes the epoch record
+    assert [r["comm_backend"] for r in json.loads(report.read_text())["results"]] == ["gloo"]  # chosen: no GPU
+    assert result.comm_backend is CommBackend.GLOO and "backend" not in result.params
     params = result.params
     first, second = params["rank_final_metrics"]
     assert first == second >= 0.8

@@ -3,6 +3,7 @@ sweep of two CPU processes, the batch policy and the linear scaling rule. The GP
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -15,7 +16,7 @@ from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gp
 from gpulab.launch.common import check_config, resolve_builder
 from gpulab.names import CommBackend
 from gpulab.records import Report, Result, RunConfig
-from gpulab.report.io import jsonable, report_json
+from gpulab.report.io import jsonable, report_json, schema_errors, write_report
 from test_launch_stub import BUILDER, stub_data, stub_model
 
 torch = pytest.importorskip("torch")
@@ -53,14 +54,15 @@ def test_cpu_launcher_uses_the_threads_asked_for(threads):
     assert_reportable(r)
 
 
-def test_ddp_over_gloo_matches_one_process_on_the_whole_batch(child_path):
+def test_ddp_over_gloo_matches_one_process_on_the_whole_batch(child_path, tmp_path):
     """Two gloo ranks with 4 samples each, linear scaling rule on: one step must equal one process training
     on the 8 samples with lr × 2 (DDP averages the gradients)."""
     cfg = RunConfig("stub", batch=4, steps=1, warmup=0, size="tiny", params={"learning_rate": 0.05})
     r = run_ddp(cfg, 2, scale_lr=True, comm_backend=CommBackend.GLOO, builder=BUILDER, timeout_s=240)
     assert (r.launcher, r.n, r.devices, r.batch, r.iterations) == ("ddp", 2, ["cpu", "cpu"], 4, 1)
     p = r.params
-    assert p["backend"] == "gloo" and p["world"] == 2 and len(p["rank_seconds"]) == 2
+    assert r.comm_backend is CommBackend.GLOO and "backend" not in p
+    assert p["world"] == 2 and len(p["rank_seconds"]) == 2
     assert p["batch_policy"] == "per_device" and p["per_device_batch"] == 4 and p["global_batch"] == 8
     assert p["lr_scaled"] is True and p["lr_base"] == 0.05 and p["lr"] == pytest.approx(0.1) and p["lr_factor"] == 2
     assert p["lr_param"] == "learning_rate" and p["workload_params"] == {"learning_rate": 0.05}
@@ -76,7 +78,10 @@ def test_ddp_over_gloo_matches_one_process_on_the_whole_batch(child_path):
         expected = torch.cat([(q - 0.1 * q.grad).flatten() for q in model.parameters()])
     got = torch.tensor(p["weights"])
     assert torch.allclose(got, expected, atol=1e-6, rtol=0), (got - expected).abs().max()
-    assert_reportable(r)
+    # the written report records the row's process-group backend in its own field, and matches the schema
+    report = Report(fingerprint={"host": {"hostname": "test"}}, results=[r])
+    written = json.loads(write_report(report, tmp_path / "r.json").read_text())
+    assert written["results"][0]["comm_backend"] == "gloo" and schema_errors(written) == []
 
 
 def test_dataparallel_passes_through_on_cpu():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.records import Check, Report
+from gpulab.records import SCHEMA_ID, Check, Report
 from gpulab.report.io import ReportError, atomic_write_text, default_report_path, load_report, write_report
 from report_builders import minimal_fingerprint, sample_report
 
@@ -110,10 +110,11 @@ def test_foreign_json(tmp_path, data):
 def test_newer_schema_version(tmp_path):
     p = write_report(sample_report(), tmp_path / "r.json")
     data = json.loads(p.read_text())
-    data["schema"] = "gpulab.report/4"
+    newer = f"gpulab.report/{int(SCHEMA_ID.rsplit('/', 1)[1]) + 1}"
+    data["schema"] = newer
     p.write_text(json.dumps(data))
     msg = _err(p)
-    assert "written by a newer gpulab: gpulab.report/4; upgrade gpulab" in msg
+    assert f"written by a newer gpulab: {newer}; upgrade gpulab" in msg
 
 
 def test_schema_violation_names_path(tmp_path):
@@ -123,7 +124,7 @@ def test_schema_violation_names_path(tmp_path):
     del data["checks"][0]["status"]
     p.write_text(json.dumps(data))
     msg = _err(p)
-    assert "does not match gpulab.report/3" in msg
+    assert f"does not match {SCHEMA_ID}" in msg
     assert "$.results[2] (matmul torch gpu n=two bf16).n" in msg and "$.checks[0]" in msg
     assert "'status' is a required property" in msg
 

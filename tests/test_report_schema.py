@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpulab.records import Report
+from gpulab.records import READABLE_SCHEMAS, Report
 from gpulab.report.io import load_schema, schema_errors
 from report_builders import full_fingerprint, minimal_fingerprint, sample_report
 
@@ -20,7 +20,7 @@ def test_schema_is_valid_draft_2020_12():
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["properties"]["schema"]["enum"] == ["gpulab.report/1", "gpulab.report/2", "gpulab.report/3"]
+    assert schema["properties"]["schema"]["enum"] == list(READABLE_SCHEMAS)
 
 
 def test_full_fingerprint_validates():

@@ -14,6 +14,7 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.errors import GpulabError
+from gpulab.records import SCHEMA_ID
 from gpulab.report.io import ReportError, load_report, report_from_data, write_report
 from report_builders import sample_report
 
@@ -113,7 +114,7 @@ def test_out_of_range_values_are_refused(tmp_path, good, where, mutate, expected
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
     msg = _refused(bad)
-    assert f"does not match gpulab.report/3: {where}: " in msg and expected in msg, msg
+    assert f"does not match {SCHEMA_ID}: {where}: " in msg and expected in msg, msg
 
 
 def test_writer_refuses_what_the_loader_refuses(tmp_path):
@@ -155,7 +156,7 @@ def test_compare_refuses_nan_and_negative_reports(tmp_path, good, capsys):
     assert main(["compare", str(path), str(neg)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"{neg} does not match gpulab.report/3: $.results[0] (matmul torch gpu n=1 bf16).value: -785.0 is out" in err
+    assert f"{neg} does not match {SCHEMA_ID}: $.results[0] (matmul torch gpu n=1 bf16).value: -785.0 is out" in err
 
 
 @pytest.mark.parametrize("literal", ["1e300", "Infinity", "NaN", "-5"])

@@ -5,7 +5,7 @@ machine's fingerprint when it does not exist) and recompute its speedups and sca
 
 GPU counts on a machine without GPUs: `--launcher ddp --gpus N` and `gpulab sweep --gpus N` run N CPU
 processes instead (gloo for DDP), a functional test of those paths; the result records devices "cpu" and, for
-DDP, params.backend "gloo". `--launcher gpu` and `--launcher dataparallel --gpus N>1` need GPUs and say so.
+DDP, comm_backend "gloo". `--launcher gpu` and `--launcher dataparallel --gpus N>1` need GPUs and say so.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 def describe(result: Result) -> str:
     where = f"{result.launcher}×{result.n}" if result.launcher != "cpu" else f"cpu ({result.n} threads)"
-    if result.params.get("backend") == "gloo" or (result.launcher == "sweep" and result.devices[:1] == ["cpu"]):
+    if result.comm_backend is CommBackend.GLOO or (result.launcher == "sweep" and result.devices[:1] == ["cpu"]):
         where += " on CPU processes"
     batch = f"batch {result.batch}/device, " if result.batch else ""
     return (

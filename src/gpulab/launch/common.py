@@ -510,9 +510,10 @@ def make_result(
     telemetry: TelemetrySummary | None = None,
     framework: str = names.DEFAULT_FRAMEWORK,
     window_rates: Sequence[float] = (),
+    comm_backend: names.CommBackend | None = None,
 ) -> Result:
     """The run's row. With `window_rates` (samples/s of each timed window) its value is their median and its
-    spread their interval; without, samples / seconds (a loop timed as one window)."""
+    spread their interval; without, samples / seconds (a loop timed as one window). `comm_backend`: a DDP run's."""
     if seconds <= 0:
         raise GpulabError(f"{cfg.workload}: the timed loop took no measurable time; run more --steps")
     figure = spread.of_windows(window_rates, "samples/s") if window_rates else None
@@ -532,6 +533,7 @@ def make_result(
         params=params,
         telemetry=telemetry,
         spread=figure,
+        comm_backend=comm_backend,
     )
 
 

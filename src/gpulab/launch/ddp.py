@@ -7,7 +7,7 @@ ranks / the slowest rank's timed seconds.
 
 On a machine where torch sees no GPU, n is a count of CPU processes communicating over gloo (each with
 `threads` intra-op threads): a functional test of the DDP path, recorded with devices ["cpu", ...] and
-params.backend "gloo". gloo aborts at start-up now and then (SIGABRT in its rendezvous, a known upstream
+comm_backend "gloo". gloo aborts at start-up now and then (SIGABRT in its rendezvous, a known upstream
 bug); such a run is retried once.
 """
 
@@ -126,7 +126,6 @@ def run_ddp(
     )
     devices = [r["device"] for r in sorted(ranks, key=lambda r: r["rank"])]
     extra = {
-        "backend": backend.value,
         "world": data["world"],
         "threads": data["threads"],
         "seed_per_rank": "seed + rank",
@@ -152,6 +151,7 @@ def run_ddp(
         params=run_params(cfg, plan, data["info"], data["finish"], timing, **extra),
         telemetry=sampler.summary(timing.wall_start, timing.wall_end) if sampler is not None else None,
         window_rates=rank_window_rates(ranks),
+        comm_backend=backend,
     )
 
 
@@ -218,7 +218,6 @@ def run_ddp_pair(
             data["info"],
             data["finish"],
             timing,
-            backend=backend.value,
             world=n,
             threads=data["threads"],
             interleaved=f"one-GPU and {nprocs}-GPU windows alternated in one job (ABBA)",
@@ -238,6 +237,7 @@ def run_ddp_pair(
                 params=params,
                 telemetry=_telemetry_of(tel, len(devices)),
                 window_rates=rates,
+                comm_backend=backend,
             )
         )
     return rows[0], rows[1]

@@ -20,6 +20,7 @@ from gpulab.launch.common import (
     plan_batch,
 )
 from gpulab.launch.spec import Launch, WorkerMessage
+from gpulab.names import CommBackend
 from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec, current_listener
 from gpulab.training.loop import train_epochs
@@ -58,6 +59,7 @@ def epoch_result(
     telemetry: Any = None,
     framework: str = "torch",
     versions: dict[str, str] | None = None,
+    comm_backend: CommBackend | None = None,
     **extra: Any,
 ) -> Result:
     """The Result of an epoch run: value = training samples per second over all epochs, params.epochs = record."""
@@ -81,6 +83,7 @@ def epoch_result(
         params=params,
         telemetry=telemetry,
         framework=framework,
+        comm_backend=comm_backend,
     )
 
 
@@ -177,11 +180,19 @@ def _ddp(launch: Launch, spec: EpochSpec) -> Result:
     plan = plan.resolved(int(record["batch"]))
     summary = sampler.summary(data["wall_start"], data["wall_end"]) if sampler is not None else None
     extra = {
-        "backend": backend.value,
         "world": data["world"],
         "threads": data["threads"],
         "rank_final_metrics": data["rank_final_metrics"],
     }
     return _result(
-        cfg, record, plan, launcher="ddp", n=nprocs, devices=data["devices"], device=None, telemetry=summary, **extra
+        cfg,
+        record,
+        plan,
+        launcher="ddp",
+        n=nprocs,
+        devices=data["devices"],
+        device=None,
+        telemetry=summary,
+        comm_backend=backend,
+        **extra,
     )

@@ -1,6 +1,6 @@
 """The report's records, as typed dataclasses.
 
-One report per run, `schema: "gpulab.report/3"`; the JSON shape is fixed by `gpulab/report/schema.json`
+One report per run, `schema: "gpulab.report/4"`; the JSON shape is fixed by `gpulab/report/schema.json`
 (validated on write and on load). Every measured number is "higher is better" (throughput, TFLOP/s, GB/s),
 so compare can treat all rows alike.
 """
@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulab import __version__
-from gpulab.names import DEFAULT_TIER
+from gpulab.names import COMM_BACKENDS, DEFAULT_TIER, CommBackend
 
-SCHEMA_ID = "gpulab.report/3"
+SCHEMA_ID = "gpulab.report/4"
 # Versions this gpulab reads: /1 is /2 without `host_load`; /2 is /3 without spreads (a timed figure's windows and
-# interval) and without the "marginal" status. An older report is read as a /3 one with none of these recorded.
-READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", "gpulab.report/2", SCHEMA_ID)
+# interval) and without the "marginal" status; /3 is /4 with a DDP row's backend in params["backend"] instead of
+# its `comm_backend`. An older report is read as a /4 one with none of the later fields recorded.
+READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", "gpulab.report/2", "gpulab.report/3", SCHEMA_ID)
 
 # "marginal": the figure's interval still straddled its bound after a re-measure with more windows: neither shown
 # below it (fail) nor above it (pass). It never fails the run (exit status 0) but is listed first.
@@ -91,6 +92,7 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)  # size, threads, data source, weights...
     telemetry: TelemetrySummary | None = None
     spread: Spread | None = None  # the timed windows (value is their median); None: one window (older reports)
+    comm_backend: CommBackend | None = None  # a DDP row's process-group backend; None: a row without one
 
     def series(self) -> str:
         """The workload as rows are grouped: epoch training ("mnist (epochs)") apart from timed steps ("mnist"),
@@ -154,11 +156,12 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         d = dict(data)
+        older = d.get("schema", SCHEMA_ID) != SCHEMA_ID
         return cls(
             fingerprint=d["fingerprint"],
             tier=d.get("tier", DEFAULT_TIER),
             checks=[Check(**c) for c in d.get("checks", [])],
-            results=[result_from_dict(r) for r in d.get("results", [])],
+            results=[result_from_dict(_backend_from_params(r) if older else r) for r in d.get("results", [])],
             speedups=[
                 Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])
             ],
@@ -190,7 +193,25 @@ def result_from_dict(data: dict[str, Any]) -> Result:
     d = dict(data)
     tel = d.pop("telemetry", None)
     spread = spread_from_dict(d.pop("spread", None))
-    return Result(**d, telemetry=TelemetrySummary(**tel) if tel else None, spread=spread)
+    backend = d.pop("comm_backend", None)
+    return Result(
+        **d,
+        telemetry=TelemetrySummary(**tel) if tel else None,
+        spread=spread,
+        comm_backend=CommBackend.parse(backend, "comm_backend") if backend is not None else None,
+    )
+
+
+def _backend_from_params(row: dict[str, Any]) -> dict[str, Any]:
+    """A DDP row of a report before /4 kept its process-group backend in params["backend"]: moved to its field, so
+    old and new rows read alike (the row's key does not include it)."""
+    params = row.get("params")
+    if row.get("launcher") != "ddp" or row.get("comm_backend") is not None or not isinstance(params, dict):
+        return row
+    if params.get("backend") not in COMM_BACKENDS:  # not one gpulab wrote: left where it is
+        return row
+    rest = {k: v for k, v in params.items() if k != "backend"}
+    return {**row, "params": rest, "comm_backend": params["backend"]}
 
 
 def scaling_from_dict(data: dict[str, Any]) -> Scaling:
