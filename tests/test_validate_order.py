@@ -35,9 +35,14 @@ ALL_ROWS = "test_scaling or test_speedup or (test_tensorflow and not sees_gpus)"
 
 
 def run_fake_gpus(
-    tmp_path: Path, select: str, order: str = "usual", extra_env: dict[str, str] | None = None, expect_rc: int = 0
+    tmp_path: Path,
+    select: str,
+    order: str = "usual",
+    extra_env: dict[str, str] | None = None,
+    expect_rc: int = 0,
+    tier: str = "standard",
 ) -> tuple[Report, list[dict[str, object]]]:
-    """validate/ at the standard tier on two fake GPUs: the report and the launches, in order."""
+    """validate/ at `tier` on two fake GPUs: the report and the launches, in order."""
     calls = tmp_path / "calls.jsonl"
     env = {
         **(extra_env or {}),
@@ -47,7 +52,7 @@ def run_fake_gpus(
         "GPULAB_FAKE_ORDER": order,
     }
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "validate"), "-p", "no:cacheprovider", "-p", "validate_fakes"]
-    cmd += ["--report-dir", str(tmp_path), "--tier", "standard", "-k", select, "-v"]
+    cmd += ["--report-dir", str(tmp_path), "--tier", tier, "-k", select, "-v"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == expect_rc, proc.stdout + proc.stderr
     (tmp_path / "stdout.txt").write_text(proc.stdout)
@@ -95,7 +100,7 @@ def test_ddp_scaling_below_its_floor_fails(tmp_path):
 
 
 def test_dataparallel_scaling_alone_measures_its_baseline_once(tmp_path):
-    report, launches = run_fake_gpus(tmp_path, "test_scaling and dataparallel")
+    report, launches = run_fake_gpus(tmp_path, "test_scaling and dataparallel", tier="full")
     assert [(c["launcher"], c["n"]) for c in launches] == [("gpu", 1), ("dataparallel", 2)]
     assert one_gpu_rows(report) == {("torch", "resnet50"): 1}
     check = next(c for c in report.checks if c.name == "scaling.dataparallel[resnet50,2]")
@@ -123,14 +128,17 @@ def test_every_one_gpu_row_is_measured_once_in_either_order(tmp_path, order):
     assert one_gpu_launches(launches) == expected
     assert one_gpu_rows(report) == expected  # the speedup and scaling tests share the rows: none repeated
     scaling = checks(report, "scaling.")
+    # DataParallel's comparison row is the full tier's: at the standard tier it says so and measures nothing
+    status, message = scaling.pop("scaling.scaling[dataparallel-resnet50]")
+    assert status == "skip" and "at the full tier" in message
     assert set(scaling) == {
         "scaling.ddp[resnet50,2]",
-        "scaling.dataparallel[resnet50,2]",
         "scaling.sweep[style_transfer,2]",
         "scaling.tf_mirrored[resnet50,2]",
         "scaling.tf_mirrored[cifar10,2]",
     }
     assert {status for status, _ in scaling.values()} == {"pass"}, scaling
+    assert not [c for c in launches if c["launcher"] == "dataparallel"]
     speedup = checks(report, "speedup.gpu_over_cpu")
     assert len(speedup) == 10
     # whichever comes first, every GPU row is judged against its CPU rows, and each CPU row is measured once

@@ -99,6 +99,8 @@ class Tier:
     allreduce_mib: int  # the all-reduce probe's buffer
     nccl_tests_size: str  # nccl-tests' all_reduce_perf -b/-e
     dcgm_level: int  # `dcgmi diag -r LEVEL`
+    # Rows measured for comparison only (DataParallel's scaling): no verdict of theirs, so not in a tier kept short.
+    comparison_rows: bool = False
 
 
 _TIERS = (
@@ -120,6 +122,7 @@ _TIERS = (
         256,
         "256M",
         3,
+        comparison_rows=True,
     ),
 )
 TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
