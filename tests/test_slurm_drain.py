@@ -200,3 +200,15 @@ def test_a_controller_that_stops_answering_stops_the_drain_with_squeues_error(
         "controller (connect failure). Check that Slurm answers there (nvidia_driver_drain_delegate)." in _said(run)
     )
     assert slurm.node_state() == NodeState("draining", REASON)
+
+
+def test_resume_leaves_a_node_already_in_service_as_it_is(slurm: Cluster, hook: Callable[..., Hook]) -> None:
+    """The marker can outlive the drain (the node resumed by hand, a run stopped before removing it): Slurm refuses
+    to resume a node in service, and the hook takes that for done instead of failing every later run."""
+    job = slurm.submit("sleep 120", name="train")
+    slurm.wait_running(job)
+    run = hook("slurm-resume.yml").finish()
+    assert run.rc == 0, run.explain()
+    assert run.recap()[HOST]["changed"] == 0, run.recap_text()
+    assert slurm.node_state() == NodeState("allocated", "")
+    assert slurm.job(job)["JobState"] == "RUNNING"
