@@ -151,3 +151,12 @@ def _key(row: dict) -> tuple:
     params = row.get("params") or {}
     series = f"{row['workload']} (epochs)" if params.get("mode") == "epochs" else row["workload"]
     return (series, row["framework"], row["launcher"], row["n"], row["precision"], row.get("device") or "")
+
+
+def test_a_report_written_on_two_h200s_names_nccl_on_its_ddp_rows():
+    """A standard-tier run on a fresh 2x H200 machine (schema /4): the DDP rows' backend in its field, none in params."""
+    raw = json.loads((REPORTS / "h200x2-standard-v4.json").read_text())
+    assert raw["schema"] == SCHEMA_ID and schema_errors(raw) == []
+    ddp = [r for r in load_report(REPORTS / "h200x2-standard-v4.json").results if r.launcher == "ddp"]
+    assert [(r.n, r.comm_backend) for r in ddp] == [(1, CommBackend.NCCL), (2, CommBackend.NCCL)]
+    assert not any("backend" in r.params for r in ddp)
