@@ -157,3 +157,18 @@ def test_compare_takes_a_models_known_good_rows(tmp_path):
     )
     with pytest.raises(GpulabError):
         known_good.as_report("Tesla K80")
+
+
+def test_a_row_from_fewer_than_three_runs_is_shown_not_judged():
+    h100 = load_report(Path(__file__).parent / "fixtures" / "reports" / "h100x1-standard.json")
+    good = _row(h100, "resnet50")  # GPU-bound, its known-good row from two H100 runs
+    row = known_good.lookup("NVIDIA H100 80GB HBM3", good)
+    assert len(row.runs) < known_good.MIN_RUNS
+    slow = dataclasses.replace(good, value=row.value * 0.5, params=dict(good.params))
+    check = known_good.judge("NVIDIA H100 80GB HBM3", slow, host=h100.fingerprint["host"])
+    assert check.status == "skip" and check.evidence["pct"] == pytest.approx(50, abs=1)
+    assert f"has {len(row.runs)} source run(s) and needs {known_good.MIN_RUNS}" in check.message
+    many = dataclasses.replace(row, runs=(*row.runs, row.value))  # a third run: judged, and half of it fails
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(known_good, "lookup", lambda model, result: many)
+        assert known_good.judge("NVIDIA H100 80GB HBM3", slow, host=h100.fingerprint["host"]).status == "fail"

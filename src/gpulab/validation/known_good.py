@@ -9,7 +9,7 @@ Each known-good row keeps every source run's median (its spread), the hosts it c
 or bare metal) and how busy its GPU was. A row whose GPU was under HOST_BOUND_BUSY_PCT busy is host-bound: the
 host's CPU, loader and launch latency set its pace, so it is judged only on a comparable bare-metal host (same CPU
 model and threads) that is not contended at the time; elsewhere (another host, any VM guest) it is reported without
-a verdict and says why.
+a verdict and says why. A row from fewer than MIN_RUNS source runs has no spread to judge by: shown, not judged.
 
 The shipped table (known_good.json beside this file) is derived, never edited by hand:
 
@@ -36,6 +36,9 @@ from gpulab.report import spread
 
 SCHEMA = "gpulab.known-good/2"
 HOST_BOUND_BUSY_PCT = 80.0  # as compare: a GPU under 80 % busy waits for its host
+# Source runs a row needs before it judges: fewer show no spread (cifar10 on one quiet 2x H200 guest: 11,571 then
+# 16,114 samples/s), and a bar from one or two of them can sit anywhere in it.
+MIN_RUNS = 3
 WORKLOAD_LAUNCHERS = ("gpu", "ddp", "dataparallel", "mirrored", "sweep")
 BOUND = Threshold(
     name="workload.min_pct_of_known_good",
@@ -258,6 +261,14 @@ def judge(
         "known_good_runs": list(row.runs),
         "known_good_hosts": list(row.hosts),
     }
+    if len(row.runs) < MIN_RUNS:
+        return Check(
+            name,
+            "skip",
+            f"{message}: not judged: the known-good row has {len(row.runs)} source run(s) and needs {MIN_RUNS} for its "
+            "spread; add healthy reports of this GPU model (python -m gpulab.validation.known_good REPORT.json ...)",
+            evidence,
+        )
     busy = busy_pct(result)
     host_bound = row.host_bound or (busy is not None and busy < HOST_BOUND_BUSY_PCT)
     if host_bound:
