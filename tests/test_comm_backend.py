@@ -154,7 +154,7 @@ def _key(row: dict) -> tuple:
 
 
 def test_a_report_written_on_two_h200s_names_nccl_on_its_ddp_rows():
-    """A standard-tier run on a fresh 2x H200 machine (schema /4): the DDP rows' backend in its field, none in params."""
+    """A standard-tier run on a fresh 2x H200 machine (schema /4): the DDP rows name their backend in its field."""
     raw = json.loads((REPORTS / "h200x2-standard-v4.json").read_text())
     assert raw["schema"] == SCHEMA_ID and schema_errors(raw) == []
     ddp = [r for r in load_report(REPORTS / "h200x2-standard-v4.json").results if r.launcher == "ddp"]
