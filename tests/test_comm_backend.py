@@ -13,7 +13,7 @@ import pytest
 
 from gpulab.cli import build_parser
 from gpulab.errors import GpulabError
-from gpulab.launch.common import plan_batch
+from gpulab.launch.planning import plan_batch
 from gpulab.launch.spec import WorkerMessage
 from gpulab.names import COMM_BACKENDS, CommBackend
 from gpulab.records import READABLE_SCHEMAS, SCHEMA_ID, Result, RunConfig

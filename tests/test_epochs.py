@@ -316,7 +316,7 @@ def test_style_transfer_refuses_optimizer_choice(capsys):
 def test_loader_workers_default_to_a_share_of_the_cores_per_training_process(monkeypatch):
     import os
 
-    from gpulab.workloads.common import loader_workers
+    from gpulab.workloads.torch_session import loader_workers
 
     assert loader_workers(0) == 0 and loader_workers(12, processes=4) == 12  # asked for: as asked
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)

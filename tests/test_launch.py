@@ -13,7 +13,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
-from gpulab.launch.common import check_config, resolve_builder
+from gpulab.launch.planning import check_config, resolve_builder
 from gpulab.names import CommBackend
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import jsonable, report_json, schema_errors, write_report

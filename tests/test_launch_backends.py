@@ -101,7 +101,7 @@ def test_built_in_backends():
 
 def test_the_launchers_name_no_framework():
     """The sweep, the dispatch and the commands ask the backend; only backends and their workers name one."""
-    for name in ("sweep.py", "dispatch.py", "commands.py", "common.py", "spec.py", "peers.py"):
+    for name in ("sweep.py", "dispatch.py", "commands.py", "planning.py", "measuring.py", "spec.py", "peers.py"):
         text = (LAUNCH / name).read_text()
         assert '"tensorflow"' not in text and "tf_launch" not in text and "tf_worker" not in text, name
 
@@ -142,7 +142,7 @@ def test_no_import_circle_in_the_launch_layer():
 
 
 def test_worker_message_round_trip(tmp_path):
-    from gpulab.launch.common import plan_batch
+    from gpulab.launch.planning import plan_batch
 
     cfg = RunConfig("mnist", precision="bf16", batch=16, params={"learning_rate": 0.1})
     message = WorkerMessage(cfg, plan_batch(cfg, 2, scale_lr=True), "ddp", comm_backend=CommBackend.GLOO, threads=2)

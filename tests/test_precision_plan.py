@@ -101,7 +101,7 @@ def test_fp16_training_with_loss_scaling_converges_on_the_cpu():
 
 def test_tensorflow_refuses_fp16():
     from gpulab.records import RunConfig
-    from gpulab.workloads.tf.common import TF_PRECISIONS, tf_precision
+    from gpulab.workloads.tf.session import TF_PRECISIONS, tf_precision
 
     assert TF_PRECISIONS == ("fp32", "tf32", "bf16")
     with pytest.raises(GpulabError, match="TensorFlow rows train fp32, tf32, bf16; fp16 runs with --framework torch"):

@@ -25,7 +25,7 @@ class CountingSession:
 
 
 def test_the_timed_loop_reports_steps_rate_and_time_left(monkeypatch):
-    from gpulab.launch.common import timed_loop
+    from gpulab.launch.measuring import timed_loop
 
     monkeypatch.setattr(progress, "INTERVAL_S", 0.0)
     seen: list[progress.Progress] = []

@@ -96,7 +96,7 @@ def test_per_gpu_is_auto_by_default_an_integer_when_given_and_anything_else_is_o
 
 
 def test_packed_workers_share_their_gpus_pin_and_memory_and_cpu_workers_are_never_packed(monkeypatch):
-    from gpulab.launch.common import MEMORY_LIMIT_ENV
+    from gpulab.launch.measuring import MEMORY_LIMIT_ENV
 
     slots = _gpus(monkeypatch, 2)
     monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)

@@ -15,7 +15,7 @@ import pytest
 
 from gpulab import names
 from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
-from gpulab.launch.common import WINDOWS
+from gpulab.launch.measuring import WINDOWS
 from gpulab.records import RunConfig
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts

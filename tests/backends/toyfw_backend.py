@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpulab.errors import GpulabError
 from gpulab.launch.backends import Backend
-from gpulab.launch.common import check_run_fields, plan_batch
+from gpulab.launch.planning import check_run_fields, plan_batch
 from gpulab.launch.spec import Launch, WorkerMessage
 from gpulab.records import Result, RunConfig
 

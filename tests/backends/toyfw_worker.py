@@ -11,7 +11,7 @@ import random
 import time
 from pathlib import Path
 
-from gpulab.launch.common import make_result
+from gpulab.launch.measuring import make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
 

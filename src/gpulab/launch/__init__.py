@@ -14,10 +14,10 @@ the batch policy (per_device or global) with the per-device and global batch, th
 rate when asked, the threads, the workload's own facts and, on GPUs, an NVML telemetry summary.
 """
 
-from gpulab.launch.common import BatchPlan, plan_batch
 from gpulab.launch.ddp import run_ddp, run_ddp_pair
 from gpulab.launch.dispatch import start
 from gpulab.launch.local import run_cpu, run_dataparallel, run_gpu
+from gpulab.launch.planning import BatchPlan, plan_batch
 from gpulab.launch.spec import Launch
 from gpulab.launch.sweep import run_sweep
 
@@ -35,4 +35,14 @@ __all__ = [
 ]
 
 # Besides this face, the modules other packages may import (tests/test_import_graph.py holds every import to them).
-DOORS: tuple[str, ...] = ("advice", "commands", "common", "dispatch", "local", "progress", "spec", "torchrun")
+DOORS: tuple[str, ...] = (
+    "advice",
+    "commands",
+    "dispatch",
+    "local",
+    "measuring",
+    "planning",
+    "progress",
+    "spec",
+    "torchrun",
+)

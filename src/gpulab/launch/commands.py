@@ -168,7 +168,7 @@ def describe(result: Result) -> str:
 
 def _finish(args: argparse.Namespace, result: Result, load: LoadWatch | None = None) -> int:
     if args.json:
-        from gpulab.launch.common import result_to_dict
+        from gpulab.launch.measuring import result_to_dict
 
         json.dump(result_to_dict(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

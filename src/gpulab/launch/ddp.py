@@ -21,15 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import (
-    LoopTiming,
-    check_config,
-    make_result,
-    nvml_indices,
-    plan_batch,
-    run_params,
-    visible_gpus,
-)
+from gpulab.launch.measuring import LoopTiming, make_result, nvml_indices, run_params, visible_gpus
+from gpulab.launch.planning import check_config, plan_batch
 from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
 from gpulab.names import CommBackend

@@ -20,18 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpulab.launch.common import (
+from gpulab.launch.measuring import (
     WINDOWS,
     loss_value,
     memory_params,
     memory_peaks_mib,
-    resolve_builder,
     set_cuda_flags,
     sync,
     timed_loop,
     window_sizes,
     write_json_atomic,
 )
+from gpulab.launch.planning import resolve_builder
 from gpulab.launch.spec import WorkerMessage
 from gpulab.names import CommBackend
 

@@ -12,13 +12,8 @@ import os
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import (
-    BatchPlan,
-    check_config,
-    launch_params,
-    make_result,
-    plan_batch,
-)
+from gpulab.launch.measuring import launch_params, make_result
+from gpulab.launch.planning import BatchPlan, check_config, plan_batch
 from gpulab.launch.spec import Launch, WorkerMessage
 from gpulab.names import CommBackend
 from gpulab.records import Result, RunConfig

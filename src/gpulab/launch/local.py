@@ -9,20 +9,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import (
-    BatchPlan,
+from gpulab.launch.measuring import (
     LoopTiming,
-    check_config,
     make_result,
     memory_params,
     nvml_indices,
-    plan_batch,
-    resolve_builder,
     run_params,
     set_cuda_flags,
     timed_loop,
     visible_gpus,
 )
+from gpulab.launch.planning import BatchPlan, check_config, plan_batch, resolve_builder
 from gpulab.records import Result, RunConfig
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import Session

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab import names
-from gpulab.launch.common import BatchPlan, config_from_dict, config_to_dict, write_json_atomic
+from gpulab.launch.measuring import write_json_atomic
+from gpulab.launch.planning import BatchPlan, config_from_dict, config_to_dict
 from gpulab.records import Result, RunConfig, result_from_dict
 from gpulab.training.epochs import EpochSpec
 

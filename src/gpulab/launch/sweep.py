@@ -43,8 +43,8 @@ from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.interrupts import child_env
 from gpulab.launch import backends
-from gpulab.launch.common import plan_batch
 from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
+from gpulab.launch.planning import plan_batch
 from gpulab.launch.spec import TimedResult, WorkerMessage
 from gpulab.records import Result, RunConfig, Spread
 from gpulab.report.database import read_json_database, write_database

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.interrupts import stop_with_parent
-from gpulab.launch.common import make_result, memory_params, run_params
 from gpulab.launch.local import run_session, torch_threads
+from gpulab.launch.measuring import make_result, memory_params, run_params
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
 

@@ -4,7 +4,7 @@ Every TensorFlow run happens in a fresh process (`python -m gpulab.launch.tf_wor
 in the caller (it would claim GPU memory there, next to torch), memory growth is switched on for every GPU before
 anything else, and a MirroredStrategy on a machine without GPUs gets its N logical CPU devices before TensorFlow
 starts. GPU telemetry is sampled here, in the parent. Results have framework "tensorflow" and the same fields as
-the torch launchers' (gpulab.launch.common.make_result), so both compare in one report. A TensorFlow sweep is
+the torch launchers' (gpulab.launch.measuring.make_result), so both compare in one report. A TensorFlow sweep is
 gpulab.launch.sweep with the tensorflow backend (gpulab.launch.backends.tensorflow_backend).
 
     from gpulab.launch.tf_launch import run_mirrored
@@ -23,12 +23,12 @@ from typing import Any
 from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.hw import cuda_visible
 from gpulab.interrupts import child_env
-from gpulab.launch.common import check_run_fields, plan_batch
+from gpulab.launch.planning import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
 from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec
 from gpulab.workloads.registry import REGISTRY
-from gpulab.workloads.tf.common import tf_precision
+from gpulab.workloads.tf.session import tf_precision
 
 
 def require_tensorflow() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpulab.errors import ERROR_PREFIX, GpulabError
 from gpulab.interrupts import stop_with_parent
-from gpulab.launch.common import launch_params, loss_facts, loss_value, make_result
+from gpulab.launch.measuring import launch_params, loss_facts, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
 from gpulab.report.io import jsonable

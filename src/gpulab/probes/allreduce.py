@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from gpulab.errors import GpulabError
-from gpulab.launch.common import window_sizes, write_json_atomic
+from gpulab.launch.measuring import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
 from gpulab.names import CommBackend
 from gpulab.records import Result

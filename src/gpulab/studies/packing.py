@@ -62,7 +62,7 @@ def per_gpu_value(value: Any) -> int | str:
 def packed(slots: Sequence[Any], per_gpu: int, totals_mib: dict[str, float] | None = None) -> list[Any]:
     """`per_gpu` workers for each GPU slot (named gpu0, gpu0.1, ..., all pinned as the slot is), each capped to its
     share of the GPU's memory where `totals_mib` (by UUID) knows it; CPU slots as given."""
-    from gpulab.launch.common import MEMORY_LIMIT_ENV, memory_limit_gib
+    from gpulab.launch.measuring import MEMORY_LIMIT_ENV, memory_limit_gib
 
     out: list[Any] = []
     for slot in slots:

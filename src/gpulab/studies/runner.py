@@ -23,7 +23,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.interrupts import ctrl_c_held
-from gpulab.launch.common import write_json_atomic
+from gpulab.launch.measuring import write_json_atomic
 from gpulab.paths import parse_json, read_input_text
 from gpulab.records import Sizing
 from gpulab.report.database import DATABASE, DATABASE_JSON, merge_database, read_database

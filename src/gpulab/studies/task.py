@@ -122,8 +122,8 @@ def _batch_here(psets: list[dict[str, Any]], device: str) -> list[dict[str, Any]
     share of the batch's time (timed_s, the batch's over its runs) and the batch's own figures beside them."""
     import torch
 
-    from gpulab.launch.common import set_cuda_flags, timed_loop
     from gpulab.launch.local import torch_threads
+    from gpulab.launch.measuring import set_cuda_flags, timed_loop
     from gpulab.workloads.registry import load
 
     workload = REGISTRY[str(psets[0]["workload"])]
@@ -293,8 +293,8 @@ def run_config(pset: dict[str, Any], run_dir: Path, device: str) -> Any:
 def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any]:
     import torch
 
-    from gpulab.launch.common import plan_batch
     from gpulab.launch.local import run_session, torch_threads
+    from gpulab.launch.planning import plan_batch
 
     cfg = run_config(pset, run_dir, device)
     threads = int(os.environ.get(THREADS_ENV, "1")) if device == "cpu" else None

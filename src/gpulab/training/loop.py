@@ -10,7 +10,8 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.training.epochs import EpochListener, EpochSpec, current_listener, epoch_record
 from gpulab.training.metrics import accuracy, mean_auc
-from gpulab.workloads.common import (
+from gpulab.workloads.recipes import Recipe, recipe
+from gpulab.workloads.torch_session import (
     DeviceAugment,
     Numerics,
     choose_optimizer,
@@ -19,7 +20,6 @@ from gpulab.workloads.common import (
     optimizer_lr,
     seed_everything,
 )
-from gpulab.workloads.recipes import Recipe, recipe
 
 
 def _loader(dataset: Any, sampler: Any, batch: int, batched: bool, cfg: RunConfig, device: str) -> Any:

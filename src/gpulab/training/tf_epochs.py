@@ -11,9 +11,9 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.training.epochs import EpochSpec, epoch_record
-from gpulab.workloads.common import loader_workers
 from gpulab.workloads.recipes import Recipe, recipe
 from gpulab.workloads.registry import REGISTRY, load
+from gpulab.workloads.torch_session import loader_workers
 
 
 def check_tf_epochs(cfg: RunConfig, spec: EpochSpec) -> None:
@@ -51,7 +51,7 @@ def _dataset(part: Any, batched: bool, *, train: bool, batch: int, r: Recipe, se
     """A tf.data pipeline over one side of the split: every sample once, shuffled each epoch when training."""
     import tensorflow as tf
 
-    from gpulab.workloads.tf.common import make_augment
+    from gpulab.workloads.tf.session import make_augment
 
     if batched:  # in-memory uint8 NCHW torch tensors → NHWC
         ds = tf.data.Dataset.from_tensor_slices((part.images.numpy().transpose(0, 2, 3, 1), part.labels.numpy()))
@@ -90,7 +90,7 @@ def train_epochs_tf(cfg: RunConfig, strategy: Any, spec: EpochSpec, replicas: in
     """Train cfg.workload for spec.epochs epochs with keras fit under `strategy`; cfg.batch is per replica."""
     import keras
 
-    from gpulab.workloads.tf.common import TFNumerics, seed_everything
+    from gpulab.workloads.tf.session import TFNumerics, seed_everything
 
     check_tf_epochs(cfg, spec)
     seed_everything(cfg.seed)

@@ -39,7 +39,6 @@ __all__ = [
 DOORS: tuple[str, ...] = (
     "base",
     "checking",
-    "common",
     "data",
     "precision_plan",
     "recipes",
@@ -47,6 +46,7 @@ DOORS: tuple[str, ...] = (
     "stand_ins",
     "tf",
     "tf.classifiers",
-    "tf.common",
+    "tf.session",
     "torch_precision",
+    "torch_session",
 )

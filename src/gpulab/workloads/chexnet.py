@@ -9,7 +9,9 @@ from typing import Any
 
 from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
-from gpulab.workloads.common import (
+from gpulab.workloads.pretrained import Start
+from gpulab.workloads.registry import Workload
+from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
     OwnOptimizer,
@@ -19,8 +21,6 @@ from gpulab.workloads.common import (
     build_classifier,
     choose_optimizer,
 )
-from gpulab.workloads.pretrained import Start
-from gpulab.workloads.registry import Workload
 
 # size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
 SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}

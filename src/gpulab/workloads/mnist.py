@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.records import RunConfig
-from gpulab.workloads.common import (
+from gpulab.workloads.registry import Workload
+from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
     OwnOptimizer,
@@ -17,7 +18,6 @@ from gpulab.workloads.common import (
     build_classifier,
     choose_optimizer,
 )
-from gpulab.workloads.registry import Workload
 
 # size: (batch, steps); "full" is one epoch of the 60,000 training images
 SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}

@@ -9,8 +9,8 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
-from gpulab.workloads.common import DeviceAugment, OwnOptimizer, Task, data_root, digits_dataset
 from gpulab.workloads.registry import REGISTRY, load
+from gpulab.workloads.torch_session import DeviceAugment, OwnOptimizer, Task, data_root, digits_dataset
 
 
 @dataclass

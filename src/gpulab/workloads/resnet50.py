@@ -12,7 +12,9 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
-from gpulab.workloads.common import (
+from gpulab.workloads.pretrained import Start
+from gpulab.workloads.registry import Workload
+from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
     OwnOptimizer,
@@ -22,8 +24,6 @@ from gpulab.workloads.common import (
     build_classifier,
     choose_optimizer,
 )
-from gpulab.workloads.pretrained import Start
-from gpulab.workloads.registry import Workload
 
 # size: (batch per device, steps)
 SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}

@@ -16,7 +16,6 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
-from gpulab.workloads.common import Numerics
 from gpulab.workloads.images import to_tensor
 from gpulab.workloads.style_loops import (
     batched_style_loss,
@@ -42,6 +41,7 @@ from gpulab.workloads.style_transfer import (
     style_settings,
     tap_weights,
 )
+from gpulab.workloads.torch_session import Numerics
 
 # What the runs of a batch must have alike (the settings behind the parameters that are not SHARED).
 SPLITS = ("steps", "width", "height", "pooling", "initial", "betas", "eps", "style_paths", "weights_path",

@@ -25,11 +25,11 @@ from gpulab.errors import GpulabError
 from gpulab.paths import open_output
 from gpulab.records import RunConfig
 from gpulab.workloads import checking
-from gpulab.workloads.common import Numerics, Params, batch_and_steps, seed_everything
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, input_file
 from gpulab.workloads.registry import Workload
 from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram, graphs_or_compiled, tapped
+from gpulab.workloads.torch_session import Numerics, Params, batch_and_steps, seed_everything
 from gpulab.workloads.vgg import VGG_WEIGHTS_HINT, ready_features
 
 # size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)

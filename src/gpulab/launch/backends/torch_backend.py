@@ -28,22 +28,22 @@ class TorchBackend(Backend):
         import_torch()
 
     def check(self, cfg: RunConfig, builder: str | None) -> None:
-        from gpulab.launch.common import check_config
+        from gpulab.launch.planning import check_config
 
         check_config(cfg, builder)
 
     def count_devices(self) -> int:
-        from gpulab.launch.common import visible_gpus
+        from gpulab.launch.measuring import visible_gpus
 
         return visible_gpus()
 
     def gpu_uuid(self, ordinal: int) -> str | None:
-        from gpulab.launch.common import gpu_uuid
+        from gpulab.launch.measuring import gpu_uuid
 
         return gpu_uuid(ordinal)
 
     def nvml_indices(self, ordinals: Sequence[int]) -> list[int]:
-        from gpulab.launch.common import nvml_indices
+        from gpulab.launch.measuring import nvml_indices
 
         return nvml_indices(ordinals)
 

@@ -19,7 +19,7 @@ def build(cfg: RunConfig, strategy: Any = None) -> Any:
     workload = REGISTRY[cfg.workload]
     builder = workload.builder("tensorflow")
     if strategy is None and not workload.optimises_input:  # an optimised input runs on one device, unwrapped
-        from gpulab.workloads.tf.common import default_strategy
+        from gpulab.workloads.tf.session import default_strategy
 
         strategy = default_strategy()
     return builder(cfg, strategy)

@@ -17,8 +17,7 @@ from gpulab.workloads import chexnet as torch_chexnet
 from gpulab.workloads import cifar10 as torch_cifar10
 from gpulab.workloads import mnist as torch_mnist
 from gpulab.workloads import resnet50 as torch_resnet50
-from gpulab.workloads.common import data_root
-from gpulab.workloads.tf.common import (
+from gpulab.workloads.tf.session import (
     TFClassifierSession,
     TFNumerics,
     array_dataset,
@@ -29,6 +28,7 @@ from gpulab.workloads.tf.common import (
     seed_everything,
     synthetic_dataset,
 )
+from gpulab.workloads.torch_session import data_root
 
 VGG19_CFG: list[int | str] = [
     64,

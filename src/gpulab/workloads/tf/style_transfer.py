@@ -17,7 +17,7 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads import style_transfer as torch_st
 from gpulab.workloads.input_files import cause, file_digest
-from gpulab.workloads.tf.common import TFNumerics, default_strategy, seed_everything, strategy_devices
+from gpulab.workloads.tf.session import TFNumerics, default_strategy, seed_everything, strategy_devices
 
 SIZES = torch_st.SIZES
 CONTENT_LAYERS = {"relu4_2": "block4_conv2", "relu5_2": "block5_conv2"}

@@ -14,7 +14,7 @@ from typing import Any
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
-from gpulab.workloads.common import loader_workers
+from gpulab.workloads.torch_session import loader_workers
 
 TF_PRECISIONS = tuple(p for p in names.TRAINING_PRECISIONS if not names.precision(p).loss_scaling)
 
