@@ -11,7 +11,7 @@ import pytest
 
 from gpulab import names
 from gpulab.compat.data import GpuSpec
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 
 
 def _schema() -> dict:
@@ -42,21 +42,29 @@ def test_precision_dtypes_are_torch_dtypes():
 
 
 @pytest.mark.parametrize(
-    ("call", "message"),
+    ("call", "what", "value", "choices"),
     [
-        (lambda: names.precision("fp8"), "unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16"),
-        (
-            lambda: names.precision("fp8", training=True, who="mnist"),
-            "mnist: unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16",
-        ),
-        (lambda: names.size("huge"), "unknown size 'huge'; choose one of: tiny, quick, standard, full"),
-        (lambda: names.tier("deep"), "unknown tier 'deep'; choose one of: quick, standard, full"),
+        (lambda: names.precision("fp8"), "precision", "fp8", names.PRECISIONS),
+        (lambda: names.precision("int8", training=True, who="mnist"), "precision", "int8", names.TRAINING_PRECISIONS),
+        (lambda: names.size("huge"), "size", "huge", names.SIZES),
+        (lambda: names.tier("deep"), "tier", "deep", names.TIERS),
+        (lambda: names.CommBackend.parse("mpi"), "DDP backend", "mpi", names.COMM_BACKENDS),
     ],
 )
-def test_bad_names_say_the_choices(call, message):
-    with pytest.raises(GpulabError) as err:
+def test_bad_names_say_what_was_asked_and_the_choices(call, what, value, choices):
+    with pytest.raises(UnknownValue) as err:
         call()
-    assert str(err.value) == message
+    assert (err.value.what, err.value.value, err.value.choices) == (what, value, tuple(choices))
+    assert str(err.value).endswith(f"unknown {what} {value!r}; choose one of: {', '.join(err.value.choices)}") or (
+        what == "DDP backend"  # its message shows each choice with what it is for
+    )
+
+
+def test_an_unknown_value_message_is_one_line_with_who_asked():
+    with pytest.raises(GpulabError) as err:
+        names.precision("fp8", training=True, who="mnist")
+    assert str(err.value) == "mnist: unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16"
+    assert err.value.who == "mnist" and isinstance(err.value, UnknownValue)
 
 
 def test_one_tier_table():

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.workloads import REGISTRY, RunConfig, build, default_sizes
 from gpulab.workloads import data as wdata
 
@@ -60,8 +60,9 @@ def test_registry():
     sizes = default_sizes()
     assert sizes["style_transfer"]["full"] == (512, 1000) and sizes["resnet50"]["standard"] == (128, 100)
     assert all(list(table) == ["tiny", "quick", "standard", "full"] for table in sizes.values())
-    with pytest.raises(GpulabError, match="unknown workload 'vgg'; choose one of style_transfer, mnist"):
+    with pytest.raises(UnknownValue) as err:
         build(RunConfig("vgg"), "cpu")
+    assert (err.value.what, err.value.value, err.value.choices[:2]) == ("workload", "vgg", ("style_transfer", "mnist"))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -19,7 +19,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 
 
 # -- precision -----------------------------------------------------------------------------------------------
@@ -55,8 +55,7 @@ def precision(name: str, *, training: bool = False, who: str = "") -> Precision:
     """The Precision called `name` (`training`: one the workloads train at). `who` prefixes the message."""
     allowed = TRAINING_PRECISIONS if training else PRECISIONS
     if name not in allowed:
-        prefix = f"{who}: " if who else ""
-        raise GpulabError(f"{prefix}unknown precision {name!r}; choose one of: {', '.join(allowed)}")
+        raise UnknownValue("precision", name, allowed, who=who)
     return PRECISION_TABLE[name]
 
 
@@ -68,8 +67,7 @@ SIZES: tuple[str, ...] = ("tiny", "quick", "standard", "full")
 
 def size(name: str, who: str = "") -> str:
     if name not in SIZES:
-        prefix = f"{who}: " if who else ""
-        raise GpulabError(f"{prefix}unknown size {name!r}; choose one of: {', '.join(SIZES)}")
+        raise UnknownValue("size", name, SIZES, who=who)
     return name
 
 
@@ -135,7 +133,7 @@ REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER, PUBLISHED_TIER)
 
 def tier(name: str) -> Tier:
     if name not in TIER_TABLE:
-        raise GpulabError(f"unknown tier {name!r}; choose one of: {', '.join(TIERS)}")
+        raise UnknownValue("tier", name, TIERS)
     return TIER_TABLE[name]
 
 
@@ -159,7 +157,7 @@ class CommBackend(str, enum.Enum):
             return value
         if isinstance(value, str) and value in COMM_BACKENDS:
             return cls(value)
-        raise GpulabError(f"unknown {what} {value!r}; choose one of: nccl (GPUs), gloo (CPU processes)")
+        raise UnknownValue(what, value, COMM_BACKENDS, labels=("nccl (GPUs)", "gloo (CPU processes)"))
 
     @classmethod
     def choose(cls, asked: CommBackend | None, *, gpus: bool) -> CommBackend:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab import names
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.names import BATCH_POLICIES
 from gpulab.records import RunConfig
 from gpulab.workloads.base import Session
@@ -61,7 +61,7 @@ def check_config(cfg: RunConfig, builder: str | None = None) -> None:
         if workloads is None:
             resolve_builder(None)  # raises the install hint when the workloads are missing
         elif cfg.workload not in workloads:
-            raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(workloads)}")
+            raise UnknownValue("workload", cfg.workload, workloads)
     check_run_fields(cfg)
 
 
@@ -156,7 +156,7 @@ class BatchPlan:
 def plan_batch(cfg: RunConfig, devices: int, policy: str = "per_device", scale_lr: bool = False) -> BatchPlan:
     """The batch plan for `devices` devices; `cfg.batch` is per device (per_device) or global (global)."""
     if policy not in BATCH_POLICIES:
-        raise GpulabError(f"unknown batch policy {policy!r}; choose one of: {', '.join(BATCH_POLICIES)}")
+        raise UnknownValue("batch policy", policy, BATCH_POLICIES)
     if devices < 1:
         raise GpulabError(f"need at least one device, got {devices}")
     if policy == "global":

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import ERROR_PREFIX, GpulabError
+from gpulab.errors import ERROR_PREFIX, GpulabError, UnknownValue
 from gpulab.hw import cuda_visible
 from gpulab.interrupts import child_env
 from gpulab.launch.planning import check_run_fields, plan_batch
@@ -42,7 +42,7 @@ def check_tf_config(cfg: RunConfig) -> None:
     require_tensorflow()
     known = REGISTRY.with_framework("tensorflow")
     if cfg.workload not in known:
-        raise GpulabError(f"unknown workload {cfg.workload!r}; choose one of: {', '.join(known)}")
+        raise UnknownValue("workload", cfg.workload, known)
     check_run_fields(cfg)
     tf_precision(cfg.precision)
 

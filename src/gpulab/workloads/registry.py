@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 
 ENTRY_POINT_GROUP = "gpulab.workloads"
 PACKAGE = "gpulab.workloads"
@@ -121,7 +121,7 @@ class Registry(Mapping[str, Workload]):
     def __getitem__(self, name: str) -> Workload:
         found = self._all().get(name)
         if found is None:
-            raise GpulabError(f"unknown workload {name!r}; choose one of {', '.join(self._all())}")
+            raise UnknownValue("workload", name, self._all())
         return found
 
     def __contains__(self, name: object) -> bool:

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from gpulab import names
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.hw import cuda_visible
 
 if TYPE_CHECKING:
@@ -95,5 +95,5 @@ def available() -> tuple[str, ...]:
 def get(name: str) -> Backend:
     declared = _declared()
     if name not in declared:
-        raise GpulabError(f"unknown framework {name!r}; choose one of: {', '.join(available())}")
+        raise UnknownValue("framework", name, available())
     return _load(declared[name], name)
