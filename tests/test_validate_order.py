@@ -129,7 +129,7 @@ def test_every_one_gpu_row_is_measured_once_in_either_order(tmp_path, order):
     assert one_gpu_rows(report) == expected  # the speedup and scaling tests share the rows: none repeated
     scaling = checks(report, "scaling.")
     # DataParallel's comparison row is the full tier's: at the standard tier it says so and measures nothing
-    status, message = scaling.pop("scaling.scaling[dataparallel-resnet50]")
+    status, message = scaling.pop("scaling.dataparallel[resnet50,2]")  # under its own name, as the full tier's
     assert status == "skip" and "at the full tier" in message
     assert set(scaling) == {
         "scaling.ddp[resnet50,2]",

@@ -16,7 +16,7 @@ import pytest
 from gpulab import names
 from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
 from gpulab.launch.measuring import WINDOWS
-from gpulab.records import RunConfig
+from gpulab.records import Check, RunConfig
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
 from gpulab.validation.expectations import scaling_plans
@@ -102,7 +102,8 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
         verdict(remeasure.settle(judge, again))
         return
     if not names.tier(lab.options.tier).comparison_rows:
-        pytest.skip(f"{name} is measured for comparison only, at the full tier (it took 30-40 s of the standard tier)")
+        why = "measured for comparison only, at the full tier (it took 30-40 s of the standard tier)"
+        verdict(Check(name, "skip", why))
     base = one_gpu_baseline(cfg)  # the speedup test's one-GPU row when it ran first, else measured now
     # DataParallel is ~30x slower than DDP (one process feeds every GPU): a few steps show it, for comparison only.
     many = run_dataparallel(replace(cfg, steps=5, warmup=1), n)
