@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.cli import main
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.names import CommBackend
 from gpulab.records import RunConfig
 from gpulab.report.io import load_report
@@ -154,8 +154,11 @@ def test_cli_cpu_and_dataparallel_pass_through(tmp_path, capsys):
         (["--epochs", "two"], "--epochs 'two' is not a whole number"),
         (["--epochs", "1", "--val-fraction", "1.5"], "--val-fraction must be a number between 0 and 1"),
         (["--epochs", "1", "--val-fraction", "0"], "--val-fraction must be a number between 0 and 1"),
-        (["--epochs", "1", "--optimizer", "rmsprop"], "--optimizer 'rmsprop' is unknown"),
-        (["--optimizer", "rmsprop"], "--optimizer 'rmsprop' is unknown"),
+        (
+            ["--epochs", "1", "--optimizer", "rmsprop"],
+            "--optimizer: unknown optimizer 'rmsprop'; choose one of: adam, sgd",
+        ),
+        (["--optimizer", "rmsprop"], "unknown optimizer 'rmsprop'"),
         (["--epochs", "1", "--target-accuracy", "0"], "--target-accuracy must be a number in (0, 1]"),
         (["--epochs", "1", "--target-accuracy", "1.5"], "--target-accuracy must be a number in (0, 1]"),
         (["--epochs", "1", "--lr", "-1"], "--lr must be a positive number"),
@@ -169,6 +172,18 @@ def test_cli_bad_values_are_one_line(extra, message, capsys):
     assert main(["run", "mnist", "--launcher", "cpu", "--data", "digits", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("gpulab: error: ")
+
+
+def test_an_unknown_optimizer_is_one_error_wherever_it_is_named():
+    from gpulab.workloads.torch_session import choose_optimizer
+
+    for ask, who in (
+        (lambda: EpochSpec(1, optimizer="rmsprop"), "--optimizer"),
+        (lambda: choose_optimizer(RunConfig("mnist", optimizer="rmsprop"), lambda p, lr: None), "mnist"),
+    ):
+        with pytest.raises(UnknownValue) as err:
+            ask()
+        assert (err.value.what, err.value.value, err.value.who) == ("optimizer", "rmsprop", who)
 
 
 def test_style_transfer_and_missing_data_are_refused(capsys):

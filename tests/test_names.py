@@ -48,6 +48,7 @@ def test_precision_dtypes_are_torch_dtypes():
         (lambda: names.precision("int8", training=True, who="mnist"), "precision", "int8", names.TRAINING_PRECISIONS),
         (lambda: names.size("huge"), "size", "huge", names.SIZES),
         (lambda: names.tier("deep"), "tier", "deep", names.TIERS),
+        (lambda: names.optimizer("rmsprop", who="--optimizer"), "optimizer", "rmsprop", names.OPTIMIZERS),
         (lambda: names.CommBackend.parse("mpi"), "DDP backend", "mpi", names.COMM_BACKENDS),
     ],
 )

@@ -190,6 +190,13 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 OPTIMIZER_LR: dict[str, float] = {"adam": 1e-3, "sgd": 0.01}
 
 
+def optimizer(name: str, who: str = "") -> str:
+    """`name` when it is one of OPTIMIZERS, else UnknownValue naming `who` (the option or workload that asked)."""
+    if name not in OPTIMIZERS:
+        raise UnknownValue("optimizer", name, OPTIMIZERS, who=who)
+    return name
+
+
 # -- driver branches -----------------------------------------------------------------------------------------
 _BRANCH_SPELLING = re.compile(r"[rR]?(?P<version>(?P<branch>[0-9]{3,4})(?:\.[0-9]+)*)")
 

@@ -96,8 +96,8 @@ def epochs_from_args(args: argparse.Namespace) -> Any:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     optimizer = getattr(args, "optimizer", None)
-    if optimizer is not None and optimizer not in names.OPTIMIZERS:
-        raise GpulabError(f"--optimizer {optimizer!r} is unknown; choose one of: {', '.join(names.OPTIMIZERS)}")
+    if optimizer is not None:
+        optimizer = names.optimizer(optimizer, who="--optimizer")
     lr = _option_number(args, "lr", float)
     if lr is not None and lr <= 0:
         raise GpulabError(f"--lr must be a positive number, not {lr!r}")

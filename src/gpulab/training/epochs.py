@@ -43,11 +43,8 @@ class EpochSpec:
             raise GpulabError(f"--epochs must be a whole number of at least 1, not {self.epochs!r}")
         if not _number(self.val_fraction) or not 0 < self.val_fraction < 1:
             raise GpulabError(f"--val-fraction must be a number between 0 and 1 (exclusive), not {self.val_fraction!r}")
-        if self.optimizer is not None and self.optimizer not in names.OPTIMIZERS:
-            raise GpulabError(
-                f"--optimizer {self.optimizer!r} is unknown; choose one of: {', '.join(names.OPTIMIZERS)} "
-                "(or leave it out for the workload's own)"
-            )
+        if self.optimizer is not None:
+            names.optimizer(self.optimizer, who="--optimizer")
         if self.learning_rate is not None and (not _number(self.learning_rate) or self.learning_rate <= 0):
             raise GpulabError(f"--lr must be a positive number, not {self.learning_rate!r}")
         if self.target_accuracy is not None and (

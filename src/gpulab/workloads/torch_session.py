@@ -531,8 +531,8 @@ def choose_optimizer(
 
     choice = choice or cfg.optimizer
     lr = lr if lr is not None else cfg.learning_rate
-    if choice is not None and choice not in names.OPTIMIZERS:
-        raise GpulabError(f"{cfg.workload}: unknown optimizer {choice!r}; choose one of: {', '.join(names.OPTIMIZERS)}")
+    if choice is not None:
+        names.optimizer(choice, who=cfg.workload)
     if lr is not None and (not math.isfinite(lr) or lr <= 0):
         raise GpulabError(f"{cfg.workload}: the learning rate must be a positive number, not {lr!r}")
 
