@@ -14,6 +14,7 @@ from gpulab.records import (
     Fingerprint,
     FrameworkInfo,
     GpuInfo,
+    GpuTelemetry,
     HostInfo,
     IommuGroup,
     MemoryRetirement,
@@ -225,7 +226,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
         tel = TelemetrySummary(
             samples=10 * n,
             interval_s=0.5,
-            per_gpu=[{"index": i, "util_mean": 95.0, "power_mean_w": 610.0} for i in range(n)],
+            per_gpu=[GpuTelemetry(i, samples=10 * n, util_mean=95.0, power_mean_w=610.0) for i in range(n)],
             timeline=_timeline(n),
         )
         results.append(

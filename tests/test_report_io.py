@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.records import SCHEMA_ID, Check, Report
-from gpulab.report.io import ReportError, atomic_write_text, default_report_path, load_report, write_report
+from gpulab.records import SCHEMA_ID, Check, GpuTelemetry, Report
+from gpulab.report.io import (
+    ReportError,
+    atomic_write_text,
+    default_report_path,
+    load_report,
+    report_json,
+    write_report,
+)
 from report_builders import minimal_fingerprint, sample_report
 
 
@@ -23,6 +30,29 @@ def test_round_trip_equals(tmp_path):
     assert loaded == report
     assert loaded.results[-1].telemetry is not None and loaded.results[-1].telemetry.timeline
     assert loaded.speedups[0].from_ == "cpu:64"
+
+
+RECORDED = sorted((Path(__file__).parent / "fixtures").glob("*/**/*.json"))
+RECORDED_REPORTS = [p for p in RECORDED if '"fingerprint"' in p.read_text() and '"results"' in p.read_text()]
+
+
+@pytest.mark.parametrize("path", RECORDED_REPORTS, ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_recorded_telemetry_reads_as_records_and_writes_back_unchanged(path):
+    data = json.loads(path.read_text())
+    report = load_report(path)
+    gpus = [g for r in report.results if r.telemetry is not None for g in r.telemetry.per_gpu]
+    assert all(isinstance(g, GpuTelemetry) for g in gpus)
+    written = [row.get("telemetry") for row in report.to_dict()["results"]]
+    assert json.dumps(written) == json.dumps([row.get("telemetry") for row in data["results"]])
+    if data["schema"] == SCHEMA_ID:  # nothing to upgrade: the whole file comes back byte for byte
+        assert report_json(report) == path.read_text()
+
+
+def test_a_summary_over_the_whole_run_writes_no_window():
+    whole = GpuTelemetry(0, samples=3, util_mean=50.0)
+    assert "window_s" not in whole.to_dict() and GpuTelemetry.from_dict(whole.to_dict()) == whole
+    windowed = GpuTelemetry(0, window_s=[1.0, None])
+    assert windowed.to_dict()["window_s"] == [1.0, None]
 
 
 def test_round_trip_minimal(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -142,9 +143,9 @@ def test_load_charts_are_svg_with_the_telemetry_values():
         assert len(bars) == 3 * len(result.telemetry.per_gpu)
         for stats in result.telemetry.per_gpu:
             for metric, (mean, peak) in keys.items():
-                bar = bars[(metric, str(stats["index"]))]
-                assert float(bar.get("data-mean", "nan")) == stats[mean]
-                assert float(bar.get("data-max", "nan")) == stats[peak]
+                bar = bars[(metric, str(stats.index))]
+                assert float(bar.get("data-mean", "nan")) == getattr(stats, mean)
+                assert float(bar.get("data-max", "nan")) == getattr(stats, peak)
     ddp1 = ET.tostring(charts[0], encoding="unicode")
     assert "9.0 GiB max (6 % of 140 GiB)" in ddp1 and "490 W mean, 574 max (70 % of 700 W)" in ddp1
 
@@ -207,8 +208,9 @@ def test_a_window_shorter_than_the_sampling_interval_is_too_short_to_sample():
     report = load_report(REPEAT)
     result = next(r for r in report.results if r.telemetry is not None and r.telemetry.per_gpu)
     assert result.telemetry is not None
-    stats = result.telemetry.per_gpu[0]
-    stats.update(window_s=[2.05, 2.09], samples=0, util_mean=None, util_max=None)  # 40 ms at 100 ms sampling
+    result.telemetry.per_gpu[0] = dataclasses.replace(  # 40 ms at 100 ms sampling
+        result.telemetry.per_gpu[0], window_s=[2.05, 2.09], samples=0, util_mean=None, util_max=None
+    )
     chart = load_chart(result, {})
     assert chart is not None and "too short to sample" in chart and "0 % mean" not in chart
     page = to_html(report)

@@ -8,7 +8,7 @@ import pytest
 
 from gpulab.launch import progress
 from gpulab.launch.advice import gpu_busy_advice
-from gpulab.records import Result, TelemetrySummary
+from gpulab.records import GpuTelemetry, Result, TelemetrySummary
 
 
 class CountingSession:
@@ -49,7 +49,7 @@ def test_progress_text():
 
 
 def _row(util: float, data: str | None, workers: int | None) -> Result:
-    tel = TelemetrySummary(samples=10, interval_s=0.1, per_gpu=[{"util_mean": util}])
+    tel = TelemetrySummary(samples=10, interval_s=0.1, per_gpu=[GpuTelemetry(0, util_mean=util)])
     params = {"data": data, "num_workers": workers}
     return Result(
         "resnet50", "torch", "gpu", 1, "bf16", 360.0, "samples/s", device="cuda:0", params=params, telemetry=tel

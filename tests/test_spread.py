@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.names import CommBackend
-from gpulab.records import Check, Result, RunConfig, TelemetrySummary, Threshold
+from gpulab.records import Check, GpuTelemetry, Result, RunConfig, TelemetrySummary, Threshold
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
 from gpulab.validation.session import Lab, Options
@@ -154,7 +154,7 @@ def test_a_scaling_hint_never_points_at_a_check_that_passed(lab):
     many.telemetry = TelemetrySummary(
         10,
         0.1,
-        per_gpu=[{"index": 0, "util_mean": 99.0}, {"index": 1, "util_mean": 62.0, "throttle_reasons": ["hw_slowdown"]}],
+        per_gpu=[GpuTelemetry(0, util_mean=99.0), GpuTelemetry(1, util_mean=62.0, throttle_reasons=["hw_slowdown"])],
     )
     below = spread.of_ratio([160.0] * 8, [100.0] * 8, 1 / 2)
     check = verdicts.efficiency(lab, "scaling.ddp[resnet50,2]", "ddp", below, 2, FLOOR, many)

@@ -79,10 +79,10 @@ def test_summary_has_per_gpu_statistics_and_a_timeline():
     assert summary is not None and fake.inits == 1 and fake.shutdowns == 1
     assert summary.samples == s.polls >= 5 and summary.interval_s == 0.01
     g0, g1 = summary.per_gpu
-    assert (g0["index"], g0["util_mean"], g0["util_max"], g0["mem_max_mib"]) == (0, 90.0, 90.0, 1000.0)
-    assert (g1["power_mean_w"], g1["sm_mhz_mean"], g1["temp_max_c"]) == (301.0, 1980.0, 61.0)
-    assert g0["throttle_reasons"] == ["sw_power_cap"] and g0["throttle_counts"]["sw_power_cap"] == g0["samples"]
-    assert g1["throttle_reasons"] == []
+    assert (g0.index, g0.util_mean, g0.util_max, g0.mem_max_mib) == (0, 90.0, 90.0, 1000.0)
+    assert (g1.power_mean_w, g1.sm_mhz_mean, g1.temp_max_c) == (301.0, 1980.0, 61.0)
+    assert g0.throttle_reasons == ["sw_power_cap"] and g0.throttle_counts["sw_power_cap"] == g0.samples
+    assert g1.throttle_reasons == [] and g0.window_s is None and "window_s" not in g0.to_dict()
     points = {p["index"] for p in summary.timeline}
     assert points == {0, 1} and len(summary.timeline) == 2 * s.polls
     first = summary.timeline[0]
@@ -104,8 +104,9 @@ def test_window_restricts_the_statistics_not_the_timeline():
         time.sleep(0.05)
     whole, window = s.summary(), s.summary(start, end)
     assert whole is not None and window is not None
-    assert 0 < window.per_gpu[0]["samples"] < whole.per_gpu[0]["samples"]
-    assert window.per_gpu[0]["window_s"][0] == pytest.approx(start - s._t0, abs=0.01)
+    assert 0 < window.per_gpu[0].samples < whole.per_gpu[0].samples
+    span = window.per_gpu[0].window_s
+    assert span is not None and span[0] == pytest.approx(start - s._t0, abs=0.01)
     assert len(window.timeline) == len(whole.timeline)
 
 

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from gpulab.hw import nvml
-from gpulab.records import TelemetrySummary
+from gpulab.records import GpuTelemetry, TelemetrySummary
 
 # One stored poll: (wall time, util %, memory MiB, power W, SM MHz, temperature C, throttle bitmask)
 _Row = tuple[float, float | None, float | None, float | None, float | None, float | None, int | None]
@@ -208,19 +208,19 @@ class Sampler:
         with self._lock:
             series = {index: list(rows) for index, rows in self._rows.items()}
             polls = self._polls
-        per_gpu = []
+        gpus: list[GpuTelemetry] = []
         timeline: list[dict[str, Any]] = []
         for index in self.indices:
             rows = series[index]
             window = [r for r in rows if (start is None or r[0] >= start) and (end is None or r[0] <= end)]
-            per_gpu.append(self._stats(index, window, start, end))
+            gpus.append(self._stats(index, window, start, end))
             timeline.extend(self._timeline(index, rows))
         timeline.sort(key=lambda p: (p["t"], p["index"]))
         return TelemetrySummary(
-            samples=polls, interval_s=self.interval_s * self._stride, per_gpu=per_gpu, timeline=timeline
+            samples=polls, interval_s=self.interval_s * self._stride, per_gpu=gpus, timeline=timeline
         )
 
-    def _stats(self, index: int, rows: list[_Row], start: float | None, end: float | None) -> dict[str, Any]:
+    def _stats(self, index: int, rows: list[_Row], start: float | None, end: float | None) -> GpuTelemetry:
         def column(k: int) -> list[float]:
             return [v for v in (r[k] for r in rows) if isinstance(v, (int, float))]
 
@@ -229,29 +229,30 @@ class Sampler:
         for r in rows:
             for name in nvml.decode_throttle(r[6]):
                 counts[name] = counts.get(name, 0) + 1
-        stats: dict[str, Any] = {
-            "index": index,
-            "samples": len(rows),
-            "util_mean": _mean(util),
-            "util_max": _max(util),
-            "mem_mean_mib": _mean(mem),
-            "mem_max_mib": _max(mem),
-            "power_mean_w": _mean(power),
-            "power_max_w": _max(power),
-            "sm_mhz_mean": _mean(sm),
-            "sm_mhz_min": _round(min(sm)) if sm else None,
-            "sm_mhz_max": _max(sm),
-            "temp_mean_c": _mean(temp),
-            "temp_max_c": _max(temp),
-            "throttle_reasons": sorted(counts, key=lambda n: -counts[n]),
-            "throttle_counts": counts,
-        }
+        window: list[float | None] | None = None
         if start is not None or end is not None:
-            stats["window_s"] = [
+            window = [
                 _round(start - self._t0) if start is not None else None,
                 _round(end - self._t0) if end is not None else None,
             ]
-        return stats
+        return GpuTelemetry(
+            index=index,
+            samples=len(rows),
+            util_mean=_mean(util),
+            util_max=_max(util),
+            mem_mean_mib=_mean(mem),
+            mem_max_mib=_max(mem),
+            power_mean_w=_mean(power),
+            power_max_w=_max(power),
+            sm_mhz_mean=_mean(sm),
+            sm_mhz_min=_round(min(sm)) if sm else None,
+            sm_mhz_max=_max(sm),
+            temp_mean_c=_mean(temp),
+            temp_max_c=_max(temp),
+            throttle_reasons=sorted(counts, key=lambda n: -counts[n]),
+            throttle_counts=counts,
+            window_s=window,
+        )
 
     def _timeline(self, index: int, rows: list[_Row]) -> list[dict[str, Any]]:
         """Average consecutive polls into at most `timeline_points` buckets."""

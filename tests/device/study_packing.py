@@ -56,7 +56,7 @@ def busy(sampler: Sampler, start: float, end: float) -> dict[str, Any] | None:
     if stats is None or not stats.per_gpu:
         return None
     g = stats.per_gpu[0]
-    return {k: g.get(k) for k in ("util_mean", "mem_max_mib", "power_mean_w", "sm_mhz_mean", "samples")}
+    return {k: getattr(g, k) for k in ("util_mean", "mem_max_mib", "power_mean_w", "sm_mhz_mean", "samples")}
 
 
 def reference_script() -> Path | None:

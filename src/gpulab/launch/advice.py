@@ -14,7 +14,7 @@ def gpu_busy_advice(result: Result) -> str | None:
     tel = result.telemetry
     if tel is None or not tel.per_gpu:
         return None
-    utils = [float(u) for u in (g.get("util_mean") for g in tel.per_gpu) if u is not None]
+    utils = [float(g.util_mean) for g in tel.per_gpu if g.util_mean is not None]
     if not utils or min(utils) >= BUSY_FLOOR_PCT:
         return None
     util = min(utils)

@@ -240,9 +240,9 @@ def _telemetry_of(tel: TelemetrySummary | None, count: int) -> TelemetrySummary 
     """The job's telemetry restricted to the row's first `count` GPUs (the one-GPU row: rank 0's)."""
     if tel is None:
         return None
-    keep = {g.get("index") for g in tel.per_gpu[:count]}
+    keep = {g.index for g in tel.per_gpu[:count]}
     return dataclasses.replace(
         tel,
-        per_gpu=[g for g in tel.per_gpu if g.get("index") in keep] or tel.per_gpu,
+        per_gpu=[g for g in tel.per_gpu if g.index in keep] or tel.per_gpu,
         timeline=[p for p in tel.timeline if p.get("index") in keep] or tel.timeline,
     )

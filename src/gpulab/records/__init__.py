@@ -1,8 +1,8 @@
 """The records every part of gpulab speaks: what a machine is (`GpuInfo`, `Fingerprint`), what a run is asked to do
-(`RunConfig`), what a run found (`Result`, `Check`, `Report`) and how a study session sized its work (`Sizing`).
-Plain typed dataclasses on the ground floor, above only the vocabulary (`gpulab.names`): discovery, workloads,
-launchers, checks and the report all import them from here, and none of them needs the report's pages, plots or
-compare code to do so."""
+(`RunConfig`), what a run found (`Result` with its `TelemetrySummary` of `GpuTelemetry`, `Check`, `Report`) and how a
+study session sized its work (`Sizing`). Plain typed dataclasses on the ground floor, above only the vocabulary
+(`gpulab.names`): discovery, workloads, launchers, checks and the report all import them from here, and none of them
+needs the report's pages, plots or compare code to do so."""
 
 from gpulab.records.machine import (
     CAPTURE_SOURCE_PREFIX,
@@ -25,6 +25,7 @@ from gpulab.records.report import (
     SCHEMA_ID,
     STATUSES,
     Check,
+    GpuTelemetry,
     Report,
     Result,
     Scaling,
@@ -51,6 +52,7 @@ __all__ = [
     "Fingerprint",
     "FrameworkInfo",
     "GpuInfo",
+    "GpuTelemetry",
     "HostInfo",
     "IommuGroup",
     "MemoryRetirement",

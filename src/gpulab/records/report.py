@@ -62,13 +62,54 @@ class Check:
 
 
 @dataclass
+class GpuTelemetry:
+    """One GPU's NVML statistics over a row's timed window (gpulab.telemetry): means and extremes of what was
+    sampled, None where nothing was; a report's `telemetry.per_gpu` entry, field for key."""
+
+    index: int
+    samples: int = 0  # polls inside the window
+    util_mean: float | None = None  # %
+    util_max: float | None = None
+    mem_mean_mib: float | None = None
+    mem_max_mib: float | None = None
+    power_mean_w: float | None = None
+    power_max_w: float | None = None
+    sm_mhz_mean: float | None = None
+    sm_mhz_min: float | None = None
+    sm_mhz_max: float | None = None
+    temp_mean_c: float | None = None
+    temp_max_c: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)  # most often seen first
+    throttle_counts: dict[str, int] = field(default_factory=dict)  # polls that saw each reason
+    # [start, end] in seconds since sampling began (an end None: open); None: the whole run, and the key is not written
+    window_s: list[float | None] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _gpu_telemetry_json(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuTelemetry:
+        return cls(**data)
+
+
+def _gpu_telemetry_json(data: dict[str, Any]) -> dict[str, Any]:
+    """A GpuTelemetry's `asdict` form as reports hold it: a summary over the whole run has no `window_s`."""
+    return {k: v for k, v in data.items() if k != "window_s" or v is not None}
+
+
+@dataclass
 class TelemetrySummary:
     samples: int
     interval_s: float
-    # per_gpu: {index, util_mean, mem_max_mib, power_mean_w, ...}
-    per_gpu: list[dict[str, Any]] = field(default_factory=list)
+    per_gpu: list[GpuTelemetry] = field(default_factory=list)  # one per sampled GPU, in index order
     # timeline: {t, index, util, mem_mib, power_w, sm_mhz, temp_c}
     timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TelemetrySummary:
+        d = dict(data)
+        gpus = [GpuTelemetry.from_dict(g) for g in d.pop("per_gpu", None) or []]
+        return cls(**d, per_gpu=gpus)
 
 
 @dataclass
@@ -151,6 +192,9 @@ class Report:
         data = dataclasses.asdict(self)
         for sp in data["speedups"]:
             sp["from"] = sp.pop("from_")
+        for row in data["results"]:
+            if row["telemetry"] is not None:
+                row["telemetry"]["per_gpu"] = [_gpu_telemetry_json(g) for g in row["telemetry"]["per_gpu"]]
         return data
 
     @classmethod
@@ -196,7 +240,7 @@ def result_from_dict(data: dict[str, Any]) -> Result:
     backend = d.pop("comm_backend", None)
     return Result(
         **d,
-        telemetry=TelemetrySummary(**tel) if tel else None,
+        telemetry=TelemetrySummary.from_dict(tel) if tel else None,
         spread=spread,
         comm_backend=CommBackend.parse(backend, "comm_backend") if backend is not None else None,
     )

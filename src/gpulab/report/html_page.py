@@ -120,22 +120,20 @@ def _window_rows(report: Report) -> list[tuple[str, ...]]:
         if r.telemetry is None:
             continue
         for st in r.telemetry.per_gpu:
-            if not isinstance(st, dict):
-                continue
-            span: Any = st.get("window_s") or (None, None)
+            span: Any = st.window_s or (None, None)
             length = DASH if None in span else f"{span[1] - span[0]:.2f} s"
             if too_short(st, r.telemetry.interval_s):
                 figures: tuple[str, ...] = ("too short to sample",) + ("",) * 5
             else:
                 figures = (
-                    f"{_n0(st.get('util_mean'))} / {_n0(st.get('util_max'))} %",
-                    DASH if st.get("mem_max_mib") is None else f"{st['mem_max_mib'] / 1024:.1f} GiB",
-                    f"{fmt_num(st.get('power_mean_w'))} / {fmt_num(st.get('power_max_w'))} W",
-                    f"{fmt_num(st.get('sm_mhz_min'))} – {fmt_num(st.get('sm_mhz_max'))} MHz",
-                    f"{_n0(st.get('temp_max_c'))} °C",
-                    ", ".join(sorted(st.get("throttle_counts") or {})) or "none",
+                    f"{_n0(st.util_mean)} / {_n0(st.util_max)} %",
+                    DASH if st.mem_max_mib is None else f"{st.mem_max_mib / 1024:.1f} GiB",
+                    f"{fmt_num(st.power_mean_w)} / {fmt_num(st.power_max_w)} W",
+                    f"{fmt_num(st.sm_mhz_min)} – {fmt_num(st.sm_mhz_max)} MHz",
+                    f"{_n0(st.temp_max_c)} °C",
+                    ", ".join(sorted(st.throttle_counts)) or "none",
                 )
-            rows.append((result_label(r), cell_text(st.get("index")), length, str(st.get("samples", DASH)), *figures))
+            rows.append((result_label(r), cell_text(st.index), length, str(st.samples), *figures))
     return rows
 
 

@@ -44,10 +44,10 @@ def side(results: Sequence[Result]) -> str:
     if first.launcher == "cpu" or first.device == "cpu":
         return "host"
     utils = [
-        float(g["util_mean"])
+        float(g.util_mean)
         for r in results
-        for g in ((r.telemetry.per_gpu if r.telemetry else None) or [])
-        if isinstance(g.get("util_mean"), int | float)
+        for g in (r.telemetry.per_gpu if r.telemetry else [])
+        if isinstance(g.util_mean, int | float)
     ]
     if utils and statistics.median(utils) < GPU_BOUND_UTIL_PCT:
         return "host-bound"

@@ -8,7 +8,7 @@ from typing import Any
 
 from markupsafe import escape
 
-from gpulab.records import Result
+from gpulab.records import GpuTelemetry, Result
 from gpulab.report.plots import result_label
 from gpulab.report.templating import Markup, render
 from gpulab.report.timeline import too_short
@@ -37,22 +37,22 @@ def _of(value: float | None, total: float | None, unit: str) -> str:
     return f" ({value / total * 100:.0f} % of {total:.0f} {unit})" if value is not None and total else ""
 
 
-def util_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = finite_or_none(stats.get("util_mean")), finite_or_none(stats.get("util_max"))
+def util_gauge(stats: GpuTelemetry, gpu: dict[str, Any]) -> Gauge:
+    mean, peak = finite_or_none(stats.util_mean), finite_or_none(stats.util_max)
     text = DASH if mean is None and peak is None else f"{_n0(mean)} % mean, {_n0(peak)} % max"
     return Gauge(mean, peak, 100.0, text)
 
 
-def memory_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = finite_or_none(stats.get("mem_mean_mib")), finite_or_none(stats.get("mem_max_mib"))
+def memory_gauge(stats: GpuTelemetry, gpu: dict[str, Any]) -> Gauge:
+    mean, peak = finite_or_none(stats.mem_mean_mib), finite_or_none(stats.mem_max_mib)
     total, shown = finite_or_none(gpu.get("memory_total_mib")), peak if peak is not None else mean
     gib = None if shown is None else shown / 1024
     text = DASH if gib is None else f"{gib:.1f} GiB max" + _of(gib, total and total / 1024, "GiB")
     return Gauge(mean, peak, total, text)
 
 
-def power_gauge(stats: dict[str, Any], gpu: dict[str, Any]) -> Gauge:
-    mean, peak = finite_or_none(stats.get("power_mean_w")), finite_or_none(stats.get("power_max_w"))
+def power_gauge(stats: GpuTelemetry, gpu: dict[str, Any]) -> Gauge:
+    mean, peak = finite_or_none(stats.power_mean_w), finite_or_none(stats.power_max_w)
     limit = finite_or_none(gpu.get("power_limit_w"))
     text = DASH if mean is None and peak is None else f"{_n0(mean)} W mean, {_n0(peak)} max"
     return Gauge(mean, peak, limit, text + _of(mean, limit, "W"))
@@ -76,13 +76,10 @@ TOO_SHORT = Gauge(None, None, None, "too short to sample")
 
 def _load_rows(result: Result, gpus: dict[Any, dict[str, Any]]) -> list[tuple[Any, list[Gauge]]]:
     """Per GPU its gauges; a window shorter than the sampling interval gets none ("too short to sample")."""
-    stats = [s for s in (result.telemetry.per_gpu if result.telemetry else []) if isinstance(s, dict)]
+    stats = result.telemetry.per_gpu if result.telemetry else []
     interval = result.telemetry.interval_s if result.telemetry else None
     return [
-        (
-            s.get("index"),
-            [TOO_SHORT if too_short(s, interval) else m[3](s, gpus.get(s.get("index")) or {}) for m in LOAD_METRICS],
-        )
+        (s.index, [TOO_SHORT if too_short(s, interval) else m[3](s, gpus.get(s.index) or {}) for m in LOAD_METRICS])
         for s in stats
     ]
 

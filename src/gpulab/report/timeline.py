@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulab.records import Report, Result
+from gpulab.records import GpuTelemetry, Report, Result
 from gpulab.report.plots import new_figure
 from gpulab.report.templating import Markup, svg_figure
 
@@ -49,9 +49,15 @@ def short_name(r: Result) -> str:
 
 def _window(r: Result) -> tuple[float, float] | None:
     stats = r.telemetry.per_gpu if r.telemetry else []
-    span = next((s.get("window_s") for s in stats if isinstance(s, dict) and s.get("window_s")), None)
-    if isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, (int, float)) for v in span):
-        return float(span[0]), float(span[1])
+    return next((span for span in (_closed(s.window_s) for s in stats) if span is not None), None)
+
+
+def _closed(span: Any) -> tuple[float, float] | None:
+    """A recorded window as (start, end) seconds; None for the whole run, an open end or a malformed entry."""
+    if isinstance(span, (list, tuple)) and len(span) == 2:
+        start, end = span
+        if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+            return float(start), float(end)
     return None
 
 
@@ -79,8 +85,8 @@ def stretches(report: Report) -> list[Stretch]:
             if len(pts) > len(stretch.samples.get(index, [])):
                 stretch.samples[index] = sorted(pts, key=lambda s: s["t"])
         for st in r.telemetry.per_gpu:
-            if isinstance(st, dict) and isinstance(st.get("index"), int) and st.get("throttle_counts"):
-                stretch.throttle[st["index"]] = dict(st["throttle_counts"])
+            if st.throttle_counts:
+                stretch.throttle[st.index] = dict(st.throttle_counts)
     return out
 
 
@@ -163,11 +169,9 @@ def gpu_timelines(report: Report) -> list[tuple[int, Markup]]:
     return [(i, svg) for i in gpus if (svg := plot_gpu_timeline(parts, i)) is not None]
 
 
-def too_short(stats: dict[str, Any], interval_s: float | None) -> bool:
+def too_short(stats: GpuTelemetry, interval_s: float | None) -> bool:
     """A timed window shorter than the sampling interval (or with no sample in it): its means say nothing."""
-    span = stats.get("window_s")
-    if stats.get("samples") == 0:
+    span = _closed(stats.window_s)
+    if stats.samples == 0:
         return True
-    if isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, (int, float)) for v in span):
-        return bool(interval_s) and (span[1] - span[0]) < float(interval_s or 0)
-    return False
+    return span is not None and bool(interval_s) and (span[1] - span[0]) < float(interval_s or 0)

@@ -212,6 +212,6 @@ def _busy(sampler: Any, row: dict[str, Any]) -> float | None:
         return None
     summary = sampler.summary(start=float(start), end=float(start) + float(seconds))
     for stats in summary.per_gpu if summary is not None else []:
-        if stats.get("index") == index and stats.get("samples", 0) >= 3 and stats.get("util_mean") is not None:
-            return float(stats["util_mean"]) / 100.0
+        if stats.index == index and stats.samples >= 3 and stats.util_mean is not None:
+            return float(stats.util_mean) / 100.0
     return None

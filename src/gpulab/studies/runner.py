@@ -341,7 +341,7 @@ def _sampling(chosen: list[cluster.Slot] | None, session: StudySession) -> Itera
         sampler.stop()
         summary = sampler.summary()
         if summary is not None:
-            session.gpu_use = jsonable(summary.per_gpu)
+            session.gpu_use = jsonable([g.to_dict() for g in summary.per_gpu])
             session.gpu_timeline = jsonable(summary.timeline)
 
 

@@ -123,7 +123,7 @@ def host_text(fingerprint: dict[str, Any]) -> str:
 def busy_pct(result: Result) -> float | None:
     """The row's GPUs' mean NVML utilisation over its timed loop (their lowest), None without telemetry."""
     tel = result.telemetry
-    utils = [g.get("util_mean") for g in (tel.per_gpu if tel else [])]
+    utils = [g.util_mean for g in (tel.per_gpu if tel else [])]
     numbers = [float(u) for u in utils if isinstance(u, (int, float))]
     return min(numbers) if numbers else None
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpulab.launch.advice import gpu_busy_advice
-from gpulab.records import Check, Result, Spread, Threshold
+from gpulab.records import Check, GpuTelemetry, Result, Spread, Threshold
 from gpulab.report import spread
 from gpulab.validation.expectations import MIN_GPU_OVER_ALL_CPU
 from gpulab.validation.live import Placement
@@ -65,9 +63,9 @@ def gpu_over_cpu(lab: Lab, gpu: Result, cpu_rows: list[Result]) -> Check:
     )
 
 
-def _throttles(gpu: dict[str, Any]) -> list[str]:
+def _throttles(gpu: GpuTelemetry) -> list[str]:
     """A GPU's telemetry throttle reasons that slow work (idle and an application clock setting do not)."""
-    return sorted(set(gpu.get("throttle_reasons") or []) - {"gpu_idle", "applications_clocks_setting"})
+    return sorted(set(gpu.throttle_reasons) - {"gpu_idle", "applications_clocks_setting"})
 
 
 def likely_cause(result: Result) -> str:
@@ -159,10 +157,10 @@ def scaling_hint(lab: Lab, many: Result | None) -> str:
     for gpu in tel.per_gpu if tel is not None else []:
         throttles = _throttles(gpu)
         if throttles:
-            left.append(f"GPU {gpu.get('index')} throttled by {', '.join(throttles)}")
-        util = gpu.get("util_mean")
+            left.append(f"GPU {gpu.index} throttled by {', '.join(throttles)}")
+        util = gpu.util_mean
         if isinstance(util, (int, float)) and util < 80:
-            left.append(f"GPU {gpu.get('index')} only {util:.0f} % busy: the input pipeline or the host")
+            left.append(f"GPU {gpu.index} only {util:.0f} % busy: the input pipeline or the host")
     reason = lab.host_contention()
     if reason:
         left.append(f"the host contended: {reason}")

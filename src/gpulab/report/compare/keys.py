@@ -135,8 +135,8 @@ def median_watts(rs: Sequence[Result]) -> float | None:
     """Median over a row's measurements of the summed mean board power of its GPUs."""
     found = []
     for r in rs:
-        per = (r.telemetry.per_gpu if r.telemetry else []) or []
-        powers = [float(g["power_mean_w"]) for g in per if isinstance(g.get("power_mean_w"), int | float)]
+        gpus = r.telemetry.per_gpu if r.telemetry else []
+        powers = [float(g.power_mean_w) for g in gpus if isinstance(g.power_mean_w, int | float)]
         if powers:
             found.append(sum(powers))
     return statistics.median(found) if found else None
