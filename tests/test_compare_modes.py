@@ -55,8 +55,8 @@ def test_different_machines_per_gpu_watt_dollar():
     c = compare([(str(H200), load_report(H200)), (str(H100), load_report(H100))], prices={0: 12.0, 1: 3.0})
     assert c.mode == "different" and c.regressions == []
     (ddp,) = [r for r in c.rows if r.key == ROW]
-    assert ddp.per_gpu(0) == pytest.approx(ddp.values[0] / 4)
-    assert ddp.per_watt(0) == pytest.approx(ddp.values[0] / (511.97 + 531.64 + 502.0 + 528.84))
+    assert ddp.value_per_gpu(0) == pytest.approx(ddp.values[0] / 4)
+    assert ddp.value_per_watt(0) == pytest.approx(ddp.values[0] / (511.97 + 531.64 + 502.0 + 528.84))
     cpu = [r for r in c.rows if r.key == ("resnet50", "torch", "cpu", 0, "fp32", "cpu")]
     assert cpu and cpu[0].values[1] == pytest.approx(17.436380670657087)  # 16 threads against 64
     assert "probes.gpus_perform_alike[bf16]" in c.not_comparable

@@ -263,11 +263,11 @@ def test_per_gpu_has_one_grammar_for_run_and_worker():
     from gpulab.cli import build_parser
 
     parser = build_parser()
-    assert parser.parse_args(["study", "worker", "tcp://h:8786", "--per-gpu", "3"]).per_gpu == 3
-    assert parser.parse_args(["study", "run", "neural-style", "--per-gpu", "auto"]).per_gpu == "auto"
-    from gpulab.studies.commands import _worker_per_gpu
+    assert parser.parse_args(["study", "worker", "tcp://h:8786", "--per-gpu", "3"]).runs_per_gpu == 3
+    assert parser.parse_args(["study", "run", "neural-style", "--per-gpu", "auto"]).runs_per_gpu == "auto"
+    from gpulab.studies.commands import _worker_runs_per_gpu
 
     with pytest.raises(argparse.ArgumentTypeError, match="auto is sized by `gpulab study run`"):
-        _worker_per_gpu("auto")
+        _worker_runs_per_gpu("auto")
     with pytest.raises(argparse.ArgumentTypeError, match="'0' is not auto or a whole number ≥ 1"):
-        _worker_per_gpu("0")
+        _worker_runs_per_gpu("0")

@@ -320,7 +320,7 @@ def _defining(report: Report) -> list[Check]:
 NOT_OF_THE_BOARD_STATE = ("health.pcie_replays",)
 
 
-def _per_gpu_health(report: Report) -> list[Check]:
+def _board_checks(report: Report) -> list[Check]:
     return [
         c
         for c in report.checks
@@ -337,7 +337,7 @@ def unjudged(report: Report) -> list[Check]:
     defining = _defining(report)
     if defining and all(c.status == "skip" for c in defining):
         return defining
-    boards = _per_gpu_health(report) if report.fingerprint.get("gpus") else []  # a machine without GPUs: none to judge
+    boards = _board_checks(report) if report.fingerprint.get("gpus") else []  # a machine without GPUs: none to judge
     board_defining = [c for c in boards if c.name.split("[")[0] in DEFINING_CHECKS]  # absent when -k left them out
     if board_defining and all(c.status == "skip" and not c.evidence.get("judged_elsewhere") for c in boards):
         return boards

@@ -69,10 +69,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         import dataclasses
 
         study = dataclasses.replace(study, workers=args.workers)
-    if args.per_gpu is not None:
+    if args.runs_per_gpu is not None:
         import dataclasses
 
-        study = dataclasses.replace(study, per_gpu=args.per_gpu)
+        study = dataclasses.replace(study, per_gpu=args.runs_per_gpu)
     if args.batch_runs is not None:
         import dataclasses
 
@@ -195,7 +195,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Nanny would wait without end for an address where no Dask scheduler answers: checked first, as --scheduler is.
     cluster.reachable(args.scheduler, "study worker")
     slots = cluster.slots(args.workers, args.threads, host=cluster.this_host())
-    chosen = packed(slots, args.per_gpu, gpu_totals())
+    chosen = packed(slots, args.runs_per_gpu, gpu_totals())
     names = ", ".join(s.label for s in chosen)
     print(f"study workers for {args.scheduler}: {names} (Ctrl-C stops them)", file=sys.stderr)
     try:
@@ -230,7 +230,7 @@ def _auto_or_count(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not auto or a whole number ≥ 1") from None
 
 
-def _worker_per_gpu(text: str) -> int:
+def _worker_runs_per_gpu(text: str) -> int:
     """--per-gpu of `study worker`: the grammar of `study run`'s, where auto is refused (a worker has no study to
     size from: the study's own `run` sizes its packing; give the number it chose, in its sessions.json)."""
     value = _auto_or_count(text)
@@ -278,6 +278,7 @@ def add_commands(sub: Any) -> None:
         verb.add_argument("--workers", type=_count, help="workers to start here: all GPUs (default) or N")
         verb.add_argument(
             "--per-gpu",
+            dest="runs_per_gpu",
             type=_auto_or_count,
             help="runs at once on each GPU: auto (the study file's default: sized from the first runs' memory and "
             "GPU use) or N (1: one at a time)",
@@ -311,6 +312,10 @@ def add_commands(sub: Any) -> None:
     worker.add_argument("--workers", type=_count, default="all", help="all GPUs (default) or the first N")
     worker.add_argument("--threads", type=_positive, default=1, help="threads per CPU worker (hosts without GPUs)")
     worker.add_argument(
-        "--per-gpu", type=_worker_per_gpu, default=1, help="runs at once on each GPU: workers pinned to it (default 1)"
+        "--per-gpu",
+        dest="runs_per_gpu",
+        type=_worker_runs_per_gpu,
+        default=1,
+        help="runs at once on each GPU: workers pinned to it (default 1)",
     )
     worker.set_defaults(func=cmd_worker)

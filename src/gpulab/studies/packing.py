@@ -54,28 +54,28 @@ def auto_or_count(value: Any, key: str, hint: str) -> int | str:
     return int(value)
 
 
-def per_gpu_value(value: Any) -> int | str:
-    """A checked `per_gpu` setting: "auto" or an int ≥ 1; GpulabError otherwise."""
+def runs_per_gpu_value(value: Any) -> int | str:
+    """A checked `per_gpu` setting (runs at once on each GPU): "auto" or an int ≥ 1; GpulabError otherwise."""
     return auto_or_count(value, "per_gpu", HINT)
 
 
-def packed(slots: Sequence[Any], per_gpu: int, totals_mib: dict[str, float] | None = None) -> list[Any]:
-    """`per_gpu` workers for each GPU slot (named gpu0, gpu0.1, ..., all pinned as the slot is), each capped to its
+def packed(slots: Sequence[Any], runs_per_gpu: int, totals_mib: dict[str, float] | None = None) -> list[Any]:
+    """`runs_per_gpu` workers for each GPU slot (named gpu0, gpu0.1, ..., all pinned as the slot is), each capped to its
     share of the GPU's memory where `totals_mib` (by UUID) knows it; CPU slots as given."""
     from gpulab.launch.measuring import MEMORY_LIMIT_ENV, memory_limit_gib
 
     out: list[Any] = []
     for slot in slots:
-        if not slot.gpu or per_gpu <= 1:
+        if not slot.gpu or runs_per_gpu <= 1:
             out.append(slot)
             continue
         total = (totals_mib or {}).get(slot.env.get("CUDA_VISIBLE_DEVICES", ""))
         if total:
-            share = MEMORY_SHARE * total / 1024 / per_gpu
+            share = MEMORY_SHARE * total / 1024 / runs_per_gpu
             given = memory_limit_gib()
             slot = replace(slot, env={**slot.env, MEMORY_LIMIT_ENV: f"{min(share, given or share):.2f}"})
         out.append(slot)
-        out.extend(replace(slot, name=f"{slot.name}.{k}") for k in range(1, per_gpu))
+        out.extend(replace(slot, name=f"{slot.name}.{k}") for k in range(1, runs_per_gpu))
     return out
 
 

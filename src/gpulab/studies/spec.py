@@ -112,7 +112,7 @@ class Study:
     launcher: str = WORKER
     gpus: int | str = 1
     workers: int | str = "all"
-    per_gpu: int | str = "auto"  # runs at once per GPU (gpulab.studies.packing)
+    per_gpu: int | str = "auto"  # runs at once per GPU (gpulab.studies.packing); the study file's key, study.json's
     batch_runs: int | str = 1  # runs optimised together as one batch (gpulab.studies.batching)
     threads: int = 1
     baseline: str | None = None
@@ -198,7 +198,7 @@ def study_from_dict(
         problems.append(f"launcher: {launcher!r} is not {WORKER} or one of {', '.join(MACHINE_LAUNCHERS)}")
     gpus = _count(data.get("gpus", 1), "gpus", problems)
     workers = _count(data.get("workers", "all"), "workers", problems)
-    per_gpu = _per_gpu(data.get("per_gpu", "auto"), problems)
+    runs_per_gpu = _runs_per_gpu(data.get("per_gpu", "auto"), problems)
     batch_runs = _batch_runs(data.get("batch_runs", 1), problems)
     repeat = _positive(data.get("repeat", 1), "repeat", problems)
     threads = _positive(data.get("threads", 1), "threads", problems)
@@ -237,7 +237,7 @@ def study_from_dict(
         launcher=str(launcher),
         gpus=gpus,
         workers=workers,
-        per_gpu=per_gpu,
+        per_gpu=runs_per_gpu,
         batch_runs=batch_runs,
         threads=int(threads),
         baseline=data.get("baseline"),
@@ -406,10 +406,10 @@ def _count(value: Any, key: str, problems: list[str]) -> int | str:
     return int(value)
 
 
-def _per_gpu(value: Any, problems: list[str]) -> int | str:
-    from gpulab.studies.packing import AUTO, per_gpu_value
+def _runs_per_gpu(value: Any, problems: list[str]) -> int | str:
+    from gpulab.studies.packing import AUTO, runs_per_gpu_value
 
-    return _checked(per_gpu_value, value, problems, AUTO)
+    return _checked(runs_per_gpu_value, value, problems, AUTO)
 
 
 def _batch_runs(value: Any, problems: list[str]) -> int | str:

@@ -50,7 +50,7 @@ def gpu_models(fp: dict[str, Any]) -> str:
     return ", ".join(f"{n}x {name}" for name, n in sorted(counts.items())) or "no GPU"
 
 
-def _per_gpu(fp: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def _gpus_by_index(fp: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {int(g.get("index", i)): g for i, g in enumerate(fp.get("gpus") or [])}
 
 
@@ -101,7 +101,7 @@ def fingerprint_notes(a: Report | dict[str, Any], b: Report | dict[str, Any]) ->
     diff("NUMA nodes", len(ha.get("numa_nodes") or []), len(hb.get("numa_nodes") or []))
     diff("kernel", ha.get("kernel"), hb.get("kernel"))
 
-    pa, pb = _per_gpu(fa), _per_gpu(fb)
+    pa, pb = _gpus_by_index(fa), _gpus_by_index(fb)
     for i in sorted(pa.keys() & pb.keys()):
         la, lb = _link(pa[i].get("pcie"), "current"), _link(pb[i].get("pcie"), "current")
         if la != lb:

@@ -29,8 +29,8 @@ def _row_name(key: tuple[str, str, str, int, str, str]) -> str:
 
 def _throughputs(c: Comparison, labels: list[str]) -> Section:
     """The results table: each report's value and ratio to the baseline, per GPU, per W and per $ when known."""
-    multi = any(r.per_gpu(i) != r.values[i] for r in c.rows for i in range(len(labels)))
-    power = any(r.per_watt(i) for r in c.rows for i in range(len(labels)))
+    multi = any(r.value_per_gpu(i) != r.values[i] for r in c.rows for i in range(len(labels)))
+    power = any(r.value_per_watt(i) for r in c.rows for i in range(len(labels)))
     headers = ["result", "unit"]
     for i, label in enumerate(labels):
         headers.append(label)
@@ -60,14 +60,14 @@ def _throughputs(c: Comparison, labels: list[str]) -> Section:
                     vm = c.vm_ratio(r, i)
                     cells.append("-" if vm is None else f"{vm:.3f}")
         if multi:
-            per = [r.per_gpu(i) for i in range(len(labels))]
+            per = [r.value_per_gpu(i) for i in range(len(labels))]
             cells += [num(v) for v in per]
             cells += [
                 ratio_pct(v / per[0]) if v is not None and per[0] and r.ratios[i] is not None else "-"
                 for i, v in enumerate(per[1:], start=1)
             ]
         if power:
-            cells += [num(r.per_watt(i)) for i in range(len(labels))]
+            cells += [num(r.value_per_watt(i)) for i in range(len(labels))]
         for i, price in sorted(c.prices.items()):
             v = r.values[i]
             cells.append(num(v * 3600 / price) if v is not None and r.unit == "samples/s" and price > 0 else "-")

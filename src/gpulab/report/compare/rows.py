@@ -39,7 +39,7 @@ class Row:
     intervals: list[Spread | None] = field(default_factory=list)
     ratio_intervals: list[Spread | None] = field(default_factory=list)
 
-    def per_gpu(self, i: int) -> float | None:
+    def value_per_gpu(self, i: int) -> float | None:
         """Report i's value per GPU: value / n for a row over several GPUs, the value itself otherwise."""
         value = self.values[i]
         n = self.ns[i] if i < len(self.ns) else self.key[3]
@@ -47,7 +47,7 @@ class Row:
             return value
         return value / n
 
-    def per_watt(self, i: int) -> float | None:
+    def value_per_watt(self, i: int) -> float | None:
         value, watts = self.values[i], self.watts[i] if i < len(self.watts) else None
         return value / watts if value is not None and watts else None
 
