@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
 from gpulab.launch.planning import check_config, resolve_builder
 from gpulab.names import CommBackend
@@ -165,7 +165,6 @@ def test_batch_plan_per_device_and_global():
         (RunConfig("stub", batch=8, params={"learning_rate": 0.1}), 2, "global", True, "drop --scale-lr"),
         (RunConfig("stub", batch=8), 2, "per_device", True, "--param learning_rate="),
         (RunConfig("stub", batch=8, params={"learning_rate": "fast"}), 2, "per_device", True, "not a number"),
-        (RunConfig("stub"), 2, "strong", False, "unknown batch policy"),
     ],
 )
 def test_batch_plan_refuses_what_cannot_work(cfg, n, policy, scale, message):
@@ -173,11 +172,20 @@ def test_batch_plan_refuses_what_cannot_work(cfg, n, policy, scale, message):
         plan_batch(cfg, n, policy, scale)
 
 
+def test_batch_plan_refuses_an_unknown_policy():
+    with pytest.raises(UnknownValue) as err:
+        plan_batch(RunConfig("stub"), 2, "strong", False)
+    assert (err.value.what, err.value.value) == ("batch policy", "strong")
+
+
 def test_config_is_checked_before_anything_starts(tmp_path):
-    with pytest.raises(GpulabError, match="unknown precision"):
-        check_config(RunConfig("stub", precision="fp8"), BUILDER)
-    with pytest.raises(GpulabError, match="unknown size"):
-        check_config(RunConfig("stub", size="huge"), BUILDER)
+    for cfg, what, value in (
+        (RunConfig("stub", precision="fp8"), "precision", "fp8"),
+        (RunConfig("stub", size="huge"), "size", "huge"),
+    ):
+        with pytest.raises(UnknownValue) as err:
+            check_config(cfg, BUILDER)
+        assert (err.value.what, err.value.value) == (what, value)
     with pytest.raises(GpulabError, match="--data"):
         check_config(RunConfig("stub", data=tmp_path / "missing"), BUILDER)
     with pytest.raises(GpulabError, match="MODULE:FUNCTION"):

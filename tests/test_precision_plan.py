@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpulab import compat, names
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.hw.discover import fingerprint
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, scaling_plans, speedup_config
 from gpulab.validation.session import Lab, Options
@@ -76,8 +76,13 @@ def test_a_plan_forced_to_an_architecture():
     assert speedup_config("resnet50", "standard", plan=plan).precision == "fp16"
     assert precision_plan.for_architecture("Pascal").training("cifar10").precision == "fp16"
     assert precision_plan.architectures()[0] == "pascal" and "hopper" in precision_plan.architectures()
-    with pytest.raises(GpulabError, match="--precision-plan 'kepler': unknown architecture; choose one of: pascal"):
+    with pytest.raises(UnknownValue) as err:
         precision_plan.for_architecture("kepler")
+    assert (err.value.what, err.value.value, err.value.choices) == (
+        "architecture",
+        "kepler",
+        precision_plan.architectures(),
+    )
 
 
 def test_a_gpu_known_only_by_its_compute_capability():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.records import Result, RunConfig
 from gpulab.workloads import data
 
@@ -80,10 +80,13 @@ def test_sweep_two_processes(tmp_path: Path) -> None:
 
 
 def test_bad_inputs_fail_before_tensorflow_starts() -> None:
-    with pytest.raises(GpulabError, match="unknown workload"):
-        run_tf_cpu(RunConfig("bogus", size="tiny"))
-    with pytest.raises(GpulabError, match="unknown precision"):
-        run_tf_cpu(RunConfig("mnist", precision="fp8", size="tiny"))
+    for cfg, what in (
+        (RunConfig("bogus", size="tiny"), "workload"),
+        (RunConfig("mnist", precision="fp8", size="tiny"), "precision"),
+    ):
+        with pytest.raises(UnknownValue) as err:
+            run_tf_cpu(cfg)
+        assert err.value.what == what
     with pytest.raises(GpulabError, match="--threads must be at least 1"):
         run_tf_cpu(RunConfig("mnist", size="tiny"), 0)
 

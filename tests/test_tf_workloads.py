@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
 from gpulab.records import RunConfig
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
@@ -40,16 +40,13 @@ def test_tf32_setting_is_restored() -> None:
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (RunConfig("nope", size="tiny"), "unknown workload"),
         (RunConfig("mnist", size="tiny", params={"optimizer": "adam"}), "parameter optimizer='adam' is invalid"),
         (RunConfig("cifar10", size="tiny", params={"momentum": 2}), "parameter momentum=2 is invalid"),
         (RunConfig("resnet50", size="tiny", batch=0), "batch must be a positive integer"),
-        (RunConfig("chexnet", size="huge"), "unknown size 'huge'"),
         (RunConfig("style_transfer", size="tiny", batch=2), "batch must be 1 or unset"),
         (RunConfig("style_transfer", size="tiny", params={"vgg_weights": "/no/such.h5"}), "does not exist"),
         (RunConfig("style_transfer", size="tiny", params={"loop": "compile"}), "loop=compile is torch.compile's"),
         (RunConfig("mnist", size="tiny", precision="fp16"), "TensorFlow rows train fp32, tf32, bf16"),
-        (RunConfig("mnist", size="tiny", precision="fp8"), "unknown precision 'fp8'"),
     ],
 )
 def test_bad_inputs(cfg: RunConfig, message: str) -> None:
@@ -57,6 +54,22 @@ def test_bad_inputs(cfg: RunConfig, message: str) -> None:
 
     with pytest.raises(GpulabError, match=message):
         build(cfg)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "what", "value"),
+    [
+        (RunConfig("nope", size="tiny"), "workload", "nope"),
+        (RunConfig("chexnet", size="huge"), "size", "huge"),
+        (RunConfig("mnist", size="tiny", precision="fp8"), "precision", "fp8"),
+    ],
+)
+def test_bad_names(cfg: RunConfig, what: str, value: str) -> None:
+    from gpulab.workloads.tf import build
+
+    with pytest.raises(UnknownValue) as err:
+        build(cfg)
+    assert (err.value.what, err.value.value) == (what, value)
 
 
 def test_param_tables_are_the_torch_ones() -> None:

@@ -210,7 +210,7 @@ def test_all_na_capture_is_inconclusive_not_pass(tmp_path):
         (["--record", "{tmp}"], "--record {tmp} is a directory; name a file inside it, e.g. {tmp}/run.json"),
         (["--record", "{tmp}/report.xml/run.json"], "{tmp}/report.xml is a file, not a directory"),
         (["--record", str(FIX / "nvidia-smi-q-x.xml")], "is the input file"),
-        (["--precision-plan", "kepler"], "--precision-plan 'kepler': unknown architecture; choose one of: pascal"),
+        (["--precision-plan", "kepler"], "--precision-plan: unknown architecture 'kepler'; choose one of: pascal"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(tmp_path, args, message):

@@ -346,8 +346,6 @@ def test_style_transfer_bad_params(params, message):
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (RunConfig("mnist", precision="fp8"), "unknown precision 'fp8'; choose one of: fp32, tf32, bf16, fp16"),
-        (RunConfig("mnist", size="huge"), "unknown size 'huge'; choose one of: tiny, quick, standard, full"),
         (RunConfig("mnist", batch=0), "batch must be a positive integer"),
         (RunConfig("mnist", params={"optimizer": "adam"}), "optimizer='adam' is invalid; expected one of adadelta"),
         (RunConfig("resnet50", params={"num_classes": 1}), "num_classes=1 is invalid"),
@@ -357,6 +355,19 @@ def test_style_transfer_bad_params(params, message):
 def test_bad_config(cfg, message):
     with pytest.raises(GpulabError, match=message):
         build(cfg, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("cfg", "what", "value", "choices"),
+    [
+        (RunConfig("mnist", precision="fp8"), "precision", "fp8", ("fp32", "tf32", "bf16", "fp16")),
+        (RunConfig("mnist", size="huge"), "size", "huge", ("tiny", "quick", "standard", "full")),
+    ],
+)
+def test_bad_names_in_a_config(cfg, what, value, choices):
+    with pytest.raises(UnknownValue) as err:
+        build(cfg, "cpu")
+    assert (err.value.what, err.value.value, err.value.choices) == (what, value, choices)
 
 
 def test_mnist_learns_real_digits(digits):

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
-from gpulab.errors import GpulabError
+from gpulab.errors import UnknownValue
 from gpulab.workloads.registry import REGISTRY
 
 TENSOR_CORES_CC = 7.0  # Volta: the first tensor cores, and NHWC layouts that feed them
@@ -107,9 +107,7 @@ def for_architecture(name: str) -> PrecisionPlan:
     key = name.strip().lower()
     specs = [s for s in compat.all_gpus() if s.architecture.lower() == key]
     if not specs:
-        raise GpulabError(
-            f"--precision-plan {name!r}: unknown architecture; choose one of: {', '.join(architectures())}"
-        )
+        raise UnknownValue("architecture", name, architectures(), who="--precision-plan")
     return for_spec(specs[0], forced=True)
 
 
