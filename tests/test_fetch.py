@@ -197,7 +197,7 @@ def test_a_mirror_folder_serves_the_file_by_its_published_name(monkeypatch, tmp_
 def test_style_transfer_loads_fetched_weights_and_a_failed_fetch_is_one_cli_line(server: Files, tmp_path, capsys):
     """`vgg_weights=URL` goes through the fetch and the same VGG19 loader as the real file; a small file stands in
     for the 548 MB one (VGG19's features in half precision, as many layers as the run uses)."""
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     features = vgg19_features(32, "max")
     name, content = _weights_file("vgg19feat", {k: v.half() for k, v in features.state_dict().items()})

@@ -94,7 +94,8 @@ def test_style_transfer_converges_and_writes_its_image(tmp_path):
 
 
 def test_style_transfer_default_size_is_the_reference_shape():
-    from gpulab.workloads.style_transfer import REFERENCE_ASPECT, SIZES
+    from gpulab.workloads.style_transfer import SIZES
+    from gpulab.workloads.style_transfer.session import REFERENCE_ASPECT
 
     assert SIZES["full"] == (512, 1000)
     assert round(512 * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1]) == 532
@@ -161,7 +162,7 @@ def test_style_transfer_images_and_options(tmp_path):
 
 
 def test_style_transfer_loads_vgg_weights(tmp_path):
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     path = tmp_path / "vgg19.pth"
     torch.save({f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}, path)
@@ -186,7 +187,7 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
 
 def _weights_files(tmp_path):
     """name -> (path, what the message says is wrong) for files that are not VGG19 state dicts."""
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     good = {f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}
     files = {}
@@ -216,7 +217,7 @@ def _weights_files(tmp_path):
 
 
 def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
-    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
+    from gpulab.workloads.style_transfer.vgg import load_vgg_weights, vgg19_features
 
     features = vgg19_features(30, "max")
     for path, why in _weights_files(tmp_path).values():
@@ -229,7 +230,7 @@ def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
 
 
 def test_vgg_weights_pickle_code_does_not_run(tmp_path):
-    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
+    from gpulab.workloads.style_transfer.vgg import load_vgg_weights, vgg19_features
 
     marker, path = tmp_path / "ran", tmp_path / "evil.pth"
     path.write_bytes(pickle.dumps({"features.0.weight": _Touch(marker, "open")}, protocol=2))
