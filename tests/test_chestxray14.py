@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
-from gpulab.workloads import data
+from gpulab.workloads.chexnet import data
 
 ROWS = [
     ("00000001_000.png", "Cardiomegaly"),
@@ -36,7 +36,7 @@ def _nih(root: Path, rows=ROWS, *, skip: str | None = None) -> Path:
 
 def test_the_published_layout_is_read_with_the_14_findings_in_chexnets_order(tmp_path):
     root = _nih(tmp_path / "nih")
-    folder, paths, labels = data.read_labels_csv(root, "chexnet", 14)
+    folder, paths, labels = data.read_labels(root, "chexnet")
     assert folder == root and len(paths) == 4 and all((root / p).is_file() for p in paths)
     index = {name: k for k, name in enumerate(data.CHESTXRAY14_FINDINGS)}
     assert labels.shape == (4, 14)
@@ -48,7 +48,7 @@ def test_the_published_layout_is_read_with_the_14_findings_in_chexnets_order(tmp
 def test_train_val_list_picks_the_training_images(tmp_path):
     root = _nih(tmp_path / "nih")
     (root / "train_val_list.txt").write_text("00000001_000.png\n00000002_000.png\n")
-    _, paths, _ = data.read_labels_csv(root, "chexnet", 14)
+    _, paths, _ = data.read_labels(root, "chexnet")
     assert sorted(Path(p).name for p in paths) == ["00000001_000.png", "00000002_000.png"]
 
 
@@ -70,10 +70,10 @@ def test_a_damaged_layout_is_one_line_naming_what_is_wrong(tmp_path, damage, exp
         for png in root.glob("images_*/images/*.png"):
             png.unlink()
     with pytest.raises(GpulabError, match=expected) as caught:
-        data.read_labels_csv(root, "chexnet", 14)
+        data.read_labels(root, "chexnet")
     assert "\n" not in str(caught.value) and "ChestX-ray14 as NIH publishes it" in str(caught.value)
 
 
 def test_a_folder_of_neither_layout_names_both(tmp_path):
     with pytest.raises(GpulabError, match=r"labels\.csv .* or ChestX-ray14 as NIH publishes it"):
-        data.read_labels_csv(tmp_path, "chexnet", 14)
+        data.read_labels(tmp_path, "chexnet")

@@ -75,7 +75,7 @@ def test_weights_round_trip(trained):
 
 def test_weights_refusals(tmp_path):
     from gpulab.training.weights import load_weights
-    from gpulab.workloads import mnist
+    from gpulab.workloads.mnist import torch_model as mnist
 
     model = mnist.make_model()
     state = model.state_dict()
@@ -102,7 +102,7 @@ def test_weights_refusals(tmp_path):
 
 def test_weights_with_another_head_start_it_fresh(tmp_path):
     from gpulab.training.weights import load_weights
-    from gpulab.workloads import mnist
+    from gpulab.workloads.mnist import torch_model as mnist
 
     donor = mnist.make_model()
     donor[10] = torch.nn.Linear(128, 5)
@@ -294,10 +294,10 @@ def test_epoch_rows_are_their_own_series():
 def test_mnist_idx_uses_its_test_split_or_holds_out(tmp_path):
     import shutil
 
-    from gpulab.workloads.data import write_digits_mnist
+    from gpulab.workloads.mnist.data import write_digits
 
     root = tmp_path / "mnist"
-    write_digits_mnist(root)
+    write_digits(root)
     cfg = RunConfig("mnist", data=root, batch=128)
     record = train_epochs(cfg, "cpu", EpochSpec(1, val_fraction=0.25))
     assert (record["train_samples"], record["val_samples"]) == (1348, 449) and record["validation"].startswith("held")

@@ -21,7 +21,8 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.errors import GpulabError
-from gpulab.workloads import data, fetch
+from gpulab.workloads import fetch
+from gpulab.workloads.mnist import data as mnist_data
 
 torch = pytest.importorskip("torch")
 GPULAB = Path(sys.executable).parent / "gpulab"
@@ -197,7 +198,7 @@ def test_a_mirror_folder_serves_the_file_by_its_published_name(monkeypatch, tmp_
 def test_style_transfer_loads_fetched_weights_and_a_failed_fetch_is_one_cli_line(server: Files, tmp_path, capsys):
     """`vgg_weights=URL` goes through the fetch and the same VGG19 loader as the real file; a small file stands in
     for the 548 MB one (VGG19's features in half precision, as many layers as the run uses)."""
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     features = vgg19_features(32, "max")
     name, content = _weights_file("vgg19feat", {k: v.half() for k, v in features.state_dict().items()})
@@ -222,9 +223,9 @@ def test_style_transfer_loads_fetched_weights_and_a_failed_fetch_is_one_cli_line
 def _mnist_archives(tmp_path: Path) -> dict[str, bytes]:
     """scikit-learn's digits written as MNIST's four .gz IDX files (the test split a copy of the training one)."""
     raw = tmp_path / "raw"
-    data.write_digits_mnist(raw)
+    mnist_data.write_digits(raw)
     files = {}
-    for train, test in zip(data.MNIST_FILES, data.MNIST_TEST_FILES, strict=True):
+    for train, test in zip(mnist_data.FILES, mnist_data.TEST_FILES, strict=True):
         packed = gzip.compress((raw / train).read_bytes(), mtime=0)
         files[f"{train}.gz"] = files[f"{test}.gz"] = packed
     return files
@@ -243,9 +244,9 @@ def test_a_data_set_is_fetched_checked_unpacked_and_read(server: Files, tmp_path
     resources = _resources(server, _mnist_archives(tmp_path))
     root = fetch.fetch_dataset("mnist", resources)
     assert root == fetch.cache_root() / "data" / "mnist"
-    images, labels = data.read_mnist(root)
+    images, labels = mnist_data.read(root)
     assert images.shape == (1797, 1, 28, 28) and int(labels.max()) == 9
-    assert data.read_mnist_test(root) is not None
+    assert mnist_data.read_test(root) is not None
     assert sorted(p.name for p in root.parent.iterdir()) == ["mnist"]  # no staging folder left
 
 
@@ -381,7 +382,7 @@ def test_chexnet_starts_from_fetched_densenet121_weights(server: Files, tmp_path
     import re
 
     from gpulab.records import RunConfig
-    from gpulab.workloads import chexnet
+    from gpulab.workloads.chexnet import torch_model as chexnet
     from gpulab.workloads.tv import import_torchvision
 
     imagenet = import_torchvision().models.densenet121(weights=None)
@@ -416,7 +417,7 @@ def test_a_mirror_folder_serves_a_data_set(tmp_path: Path, monkeypatch) -> None:
         )
     monkeypatch.setenv(fetch.MIRROR_ENV, str(tmp_path / "mirror"))
     root = fetch.fetch_dataset("mnist", resources)
-    images, _ = data.read_mnist(root)
+    images, _ = mnist_data.read(root)
     assert images.shape == (1797, 1, 28, 28) and sorted(p.name for p in root.parent.iterdir()) == ["mnist"]
 
 

@@ -1,4 +1,4 @@
-"""Batched study runs (gpulab.studies.batching, gpulab.workloads.style_batch): which runs share a batch, how a
+"""Batched study runs (gpulab.studies.batching, gpulab.workloads.style_transfer.batch): which runs share a batch, how a
 batch is sized, that a batch gives each run the result it gets alone, and that a failed batch fails no run by itself.
 """
 
@@ -119,8 +119,8 @@ def _configs(channels_last: bool):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_a_batch_gives_each_run_its_own_loss_and_image(channels_last):
-    from gpulab.workloads.style_batch import BatchedStyleSession
-    from gpulab.workloads.style_transfer import StyleTransferSession
+    from gpulab.workloads.style_transfer.batch import BatchedStyleSession
+    from gpulab.workloads.style_transfer.session import StyleTransferSession
 
     torch.set_num_threads(1)
     alone = []
@@ -144,7 +144,7 @@ def test_a_batch_gives_each_run_its_own_loss_and_image(channels_last):
 
 def test_runs_that_differ_in_the_work_are_refused_as_one_batch():
     from gpulab.records import RunConfig
-    from gpulab.workloads.style_batch import BatchedStyleSession
+    from gpulab.workloads.style_transfer.batch import BatchedStyleSession
 
     cfgs = [
         RunConfig(workload="style_transfer", precision="fp32", size="tiny", seed=0, steps=2, params={"width": w})
@@ -155,7 +155,7 @@ def test_runs_that_differ_in_the_work_are_refused_as_one_batch():
 
 
 def test_the_gram_split_over_pixels_is_the_plain_product():
-    from gpulab.workloads.style_loops import batched_gram
+    from gpulab.workloads.style_transfer.loops import batched_gram
 
     x = torch.randn(3, 8, 16, 12, dtype=torch.float64)
     plain = torch.bmm(x.reshape(3, 8, -1), x.reshape(3, 8, -1).transpose(1, 2))

@@ -26,7 +26,7 @@ def _trajectory(loop: str, steps: int = 4, **params: float) -> list[float]:
 def test_a_compiled_step_follows_the_eager_trajectory_and_compiles_once_for_every_runs_weights(monkeypatch):
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    from gpulab.workloads import style_loops
+    from gpulab.workloads.style_transfer import loops as style_loops
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
@@ -45,7 +45,7 @@ def test_an_unknown_loop_is_one_line():
 
 
 def test_auto_runs_the_eager_loop_on_a_cpu_and_compile_graphs_on_a_gpu():
-    from gpulab.workloads.style_loops import effective_loop
+    from gpulab.workloads.style_transfer.loops import effective_loop
 
     session = build(RunConfig("style_transfer", size="tiny", params={"width": 32, "loop": "auto"}), "cpu")
     assert session.info["loop"] == "eager"
@@ -60,7 +60,7 @@ def test_auto_runs_the_eager_loop_on_a_cpu_and_compile_graphs_on_a_gpu():
 def test_a_step_whose_cuda_graph_fails_to_record_goes_on_compiled_without_graphs(monkeypatch):
     """torch's CUDA-graph trees can refuse to record a step (pytorch/pytorch#154306): the run goes on without
     graphs and its facts say so; any other error is the run's."""
-    from gpulab.workloads import style_loops
+    from gpulab.workloads.style_transfer import loops as style_loops
 
     monkeypatch.setitem(
         style_loops._COMPILED, ("style_loss", "compile"), style_loops.style_loss
@@ -85,8 +85,8 @@ def test_a_step_whose_cuda_graph_fails_to_record_goes_on_compiled_without_graphs
 def test_a_workers_batches_of_every_size_share_one_compiled_loss(monkeypatch):
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    from gpulab.workloads import style_loops
-    from gpulab.workloads.style_batch import BatchedStyleSession
+    from gpulab.workloads.style_transfer import loops as style_loops
+    from gpulab.workloads.style_transfer.batch import BatchedStyleSession
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")

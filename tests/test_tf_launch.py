@@ -13,6 +13,8 @@ import pytest
 from gpulab.errors import GpulabError, UnknownValue
 from gpulab.records import Result, RunConfig
 from gpulab.workloads import data
+from gpulab.workloads.cifar10 import data as cifar_data
+from gpulab.workloads.mnist import data as mnist_data
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
 
@@ -119,8 +121,8 @@ def test_tf_and_torch_rows_in_one_report(cpu_rows: dict[str, Result], tmp_path: 
 @pytest.mark.parametrize(
     "workload, writer",
     [
-        ("mnist", lambda root: data.write_digits_mnist(root)),
-        ("cifar10", lambda root: data.write_cifar10_batches(root, per_batch=8)),
+        ("mnist", lambda root: mnist_data.write_digits(root)),
+        ("cifar10", lambda root: cifar_data.write_batches(root, per_batch=8)),
         ("resnet50", lambda root: data.write_image_folder(root, 8, label_columns=1, classes=285, side=40)),
     ],
 )

@@ -74,9 +74,9 @@ def test_bad_names(cfg: RunConfig, what: str, value: str) -> None:
 
 def test_param_tables_are_the_torch_ones() -> None:
     from gpulab.workloads import mnist, style_transfer
-    from gpulab.workloads.tf import style_transfer as tf_style
+    from gpulab.workloads.style_transfer import session, tf_session
 
-    assert tf_style.SIZES is style_transfer.SIZES
+    assert tf_session.torch_st is session and session.SIZES is style_transfer.SIZES
     assert mnist.DEFAULTS["optimizer"] == "adadelta"
 
 
@@ -86,7 +86,7 @@ KERAS_HINT = "pass the weights file of keras.applications.VGG19(include_top=Fals
 def test_vgg_weights_for_keras_load_or_fail_in_one_line(tmp_path) -> None:
     import keras
 
-    from gpulab.workloads.tf.style_transfer import vgg19_features
+    from gpulab.workloads.style_transfer.tf_session import vgg19_features
 
     taps = ["block1_conv1", "block2_conv1"]
     good = tmp_path / "vgg19.weights.h5"

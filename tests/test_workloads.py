@@ -17,6 +17,8 @@ import pytest
 from gpulab.errors import GpulabError, UnknownValue
 from gpulab.workloads import REGISTRY, RunConfig, build, default_sizes
 from gpulab.workloads import data as wdata
+from gpulab.workloads.cifar10 import data as cifar_data
+from gpulab.workloads.mnist import data as mnist_data
 
 torch = pytest.importorskip("torch")
 NAMES = ["style_transfer", "mnist", "cifar10", "chexnet", "resnet50"]
@@ -30,14 +32,14 @@ def run(session, steps):
 def digits(tmp_path_factory):
     pytest.importorskip("sklearn")
     root = tmp_path_factory.mktemp("digits")
-    assert wdata.write_digits_mnist(root) == 1797
+    assert mnist_data.write_digits(root) == 1797
     return root
 
 
 @pytest.fixture(scope="module")
 def cifar(tmp_path_factory):
     root = tmp_path_factory.mktemp("cifar") / "cifar-10-batches-py"
-    assert wdata.write_cifar10_batches(root, per_batch=4) == 20
+    assert cifar_data.write_batches(root, per_batch=4) == 20
     return root.parent
 
 
@@ -94,7 +96,8 @@ def test_style_transfer_converges_and_writes_its_image(tmp_path):
 
 
 def test_style_transfer_default_size_is_the_reference_shape():
-    from gpulab.workloads.style_transfer import REFERENCE_ASPECT, SIZES
+    from gpulab.workloads.style_transfer import SIZES
+    from gpulab.workloads.style_transfer.session import REFERENCE_ASPECT
 
     assert SIZES["full"] == (512, 1000)
     assert round(512 * REFERENCE_ASPECT[0] / REFERENCE_ASPECT[1]) == 532
@@ -161,7 +164,7 @@ def test_style_transfer_images_and_options(tmp_path):
 
 
 def test_style_transfer_loads_vgg_weights(tmp_path):
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     path = tmp_path / "vgg19.pth"
     torch.save({f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}, path)
@@ -186,7 +189,7 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
 
 def _weights_files(tmp_path):
     """name -> (path, what the message says is wrong) for files that are not VGG19 state dicts."""
-    from gpulab.workloads.vgg import vgg19_features
+    from gpulab.workloads.style_transfer.vgg import vgg19_features
 
     good = {f"features.{k}": v for k, v in vgg19_features(37, "max").state_dict().items()}
     files = {}
@@ -216,7 +219,7 @@ def _weights_files(tmp_path):
 
 
 def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
-    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
+    from gpulab.workloads.style_transfer.vgg import load_vgg_weights, vgg19_features
 
     features = vgg19_features(30, "max")
     for path, why in _weights_files(tmp_path).values():
@@ -229,7 +232,7 @@ def test_vgg_weights_that_are_not_a_state_dict_are_one_line(tmp_path):
 
 
 def test_vgg_weights_pickle_code_does_not_run(tmp_path):
-    from gpulab.workloads.vgg import load_vgg_weights, vgg19_features
+    from gpulab.workloads.style_transfer.vgg import load_vgg_weights, vgg19_features
 
     marker, path = tmp_path / "ran", tmp_path / "evil.pth"
     path.write_bytes(pickle.dumps({"features.0.weight": _Touch(marker, "open")}, protocol=2))
@@ -382,12 +385,12 @@ def test_digits_idx_files_are_mnist_format(digits, tmp_path):
     tv = pytest.importorskip("gpulab.workloads.tv").import_torchvision()
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for name in wdata.MNIST_FILES:
+    for name in mnist_data.FILES:
         shutil.copy(digits / name, raw / name)
         shutil.copy(digits / name, raw / name.replace("train", "t10k"))
     ds = tv.datasets.MNIST(str(tmp_path), train=True, download=False)
     assert len(ds) == 1797 and ds.data.shape == (1797, 28, 28)
-    images, labels = wdata.read_mnist(tmp_path)  # finds MNIST/raw too
+    images, labels = mnist_data.read(tmp_path)  # finds MNIST/raw too
     assert (images[:, 0] == ds.data).all() and (labels == ds.targets).all()
 
 
@@ -430,7 +433,7 @@ def test_bad_data_paths(tmp_path, photos):
     (tmp_path / "train-labels-idx1-ubyte").write_bytes(b"garbage!")
     with pytest.raises(GpulabError, match="train-images-idx3-ubyte is not a valid IDX file"):
         build(RunConfig("mnist", data=tmp_path), "cpu")
-    for name in wdata.CIFAR_FILES:
+    for name in cifar_data.FILES:
         (tmp_path / name).write_bytes(b"not a pickle")
     with pytest.raises(GpulabError, match="data_batch_1 is not a CIFAR-10 batch"):
         build(RunConfig("cifar10", data=tmp_path), "cpu")
@@ -487,7 +490,7 @@ def _cifar_dir(root, first: bytes):
     np = pytest.importorskip("numpy")
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    for i, name in enumerate(wdata.CIFAR_FILES):
+    for i, name in enumerate(cifar_data.FILES):
         data = rng.integers(0, 256, size=(3, 3072), dtype=np.uint8)
         names = [b"a.png", b"b.png", b"c.png"]
         batch = py2_cifar_batch(data, [i, 9, 0], f"training batch {i + 1} of 5".encode(), names)
@@ -503,15 +506,15 @@ def test_cifar10_reads_batches_laid_out_like_the_real_ones(tmp_path):
     assert _globals_of(raw) == {"numpy.core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype"}
     entry = pickle.loads(raw, encoding="bytes")
     assert set(entry) == {b"batch_label", b"labels", b"data", b"filenames"}
-    images, labels = wdata.read_cifar10(_cifar_dir(tmp_path / "cifar-10-batches-py", raw))
+    images, labels = cifar_data.read(_cifar_dir(tmp_path / "cifar-10-batches-py", raw))
     assert images.shape == (2 + 4 * 3, 3, 32, 32) and str(images.dtype) == "torch.uint8"
     assert (images[:2].reshape(2, 3072).numpy() == data).all()
     assert labels[:2].tolist() == [3, 7] and str(labels.dtype) == "torch.int64"
     # numpy 2 names numpy._core.multiarray instead; batches written here load too.
-    assert wdata.write_cifar10_batches(tmp_path / "generated", per_batch=2) == 10
+    assert cifar_data.write_batches(tmp_path / "generated", per_batch=2) == 10
     generated = _globals_of((tmp_path / "generated" / "data_batch_1").read_bytes())
     assert generated == {"numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype"}
-    assert wdata.read_cifar10(tmp_path / "generated")[0].shape == (10, 3, 32, 32)
+    assert cifar_data.read(tmp_path / "generated")[0].shape == (10, 3, 32, 32)
 
 
 class _Touch:
@@ -545,7 +548,7 @@ def test_cifar10_crafted_pickle_is_refused_without_running(tmp_path, how, where)
     marker.unlink()
     root = _cifar_dir(tmp_path / "cifar", crafted)
     with pytest.raises(GpulabError) as caught:
-        wdata.read_cifar10(root)
+        cifar_data.read(root)
     message = str(caught.value)
     expected = r"data_batch_1 is not a CIFAR-10 batch: it references \S+\.\S+, which a CIFAR-10 batch never does"
     assert re.search(expected, message), message
@@ -559,7 +562,7 @@ def test_cifar10_foreign_global_with_odd_name_stays_one_line(tmp_path):
     crafted = b"\x80\x04\x8c\x02os\x8c" + bytes([len(name)]) + name + b"\x93)R."
     root = _cifar_dir(tmp_path / "cifar", crafted)
     with pytest.raises(GpulabError, match=r"it references 'os\.sys\\ntem\\x00x+'…, which") as caught:
-        wdata.read_cifar10(root)
+        cifar_data.read(root)
     assert "\n" not in str(caught.value)
 
 
@@ -597,7 +600,7 @@ def test_cifar10_damaged_batches_are_one_line(tmp_path, content, reason):
         raw = pickle.dumps(content, protocol=4)
     root = _cifar_dir(tmp_path / "cifar", raw)
     with pytest.raises(GpulabError, match=f"data_batch_1 is not a CIFAR-10 batch .*: .*({reason})") as caught:
-        wdata.read_cifar10(root)
+        cifar_data.read(root)
     assert "\n" not in str(caught.value) and "cifar-10-python.tar.gz" in str(caught.value)
 
 

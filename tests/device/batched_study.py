@@ -67,7 +67,7 @@ LOOPS_CODE = r"""
 import json, sys, time, torch
 from gpulab.records import RunConfig
 from gpulab.launch.measuring import set_cuda_flags
-from gpulab.workloads.style_batch import BatchedStyleSession
+from gpulab.workloads.style_transfer.batch import BatchedStyleSession
 batches, steps = [int(b) for b in sys.argv[1].split(",")], int(sys.argv[2])
 base = {"width": 512, "iterations": steps, "content_weight": 1, "style_weight": 10, "tv_weight": 100,
         "content_weight_blend": 0.2}

@@ -33,7 +33,7 @@ if [ ! -s "$NAME_FILE" ]; then
 import hashlib, io, sys
 from pathlib import Path
 import torch
-from gpulab.workloads.vgg import vgg19_features
+from gpulab.workloads.style_transfer.vgg import vgg19_features
 state = {k: v.half() for k, v in vgg19_features(37, "max").state_dict().items()}
 buf = io.BytesIO(); torch.save(state, buf); data = buf.getvalue()
 name = f"vgg19stand-{hashlib.sha256(data).hexdigest()[:8]}.pth"

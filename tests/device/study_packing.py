@@ -120,9 +120,9 @@ def phase_reference(sampler: Sampler) -> None:
 def loop_settings() -> list[str | None]:
     """The style-transfer loop settings to time (LOOPS, default eager and compile-graphs) among those this checkout
     offers (its `loop` parameter); [None] without one."""
-    from gpulab.workloads import style_transfer
+    from gpulab.workloads.style_transfer import loops
 
-    offered = list(getattr(style_transfer, "LOOPS", ()))
+    offered = list(getattr(loops, "LOOPS", ()))
     wanted = os.environ.get("LOOPS", "eager compile-graphs").split()
     return [loop for loop in wanted if loop in offered] or [None]
 

@@ -3,7 +3,7 @@
 One 512-px style-transfer run keeps a GPU's clock busy but most of its tensor cores idle. Runs that differ only in
 numbers (loss weights, learning rate, style scale: the workload's `batch_shared` parameters, and the seed) can run
 as one batch: the workload's batched session stacks their images and steps them together (for style transfer,
-gpulab.workloads.style_batch). Every other parameter and run field splits batches: pending runs are grouped by
+gpulab.workloads.style_transfer.batch). Every other parameter and run field splits batches: pending runs are grouped by
 those, in the study's order, and each group cut into batches of near-equal size (at most two shapes to compile).
 
 Each run keeps its own row, image, loss curve, seed and status; a batch that fails is run again run by run, so one

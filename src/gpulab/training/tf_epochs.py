@@ -30,7 +30,7 @@ def _optimizer(cfg: RunConfig, spec: EpochSpec, own: Callable[[], Any]) -> Any:
     """The chosen optimiser (adam, sgd), else the workload's own, at the chosen or default rate."""
     import dataclasses
 
-    from gpulab.workloads.tf.classifiers import chosen_optimizer
+    from gpulab.workloads.tf.session import chosen_optimizer
 
     chosen = dataclasses.replace(
         cfg,

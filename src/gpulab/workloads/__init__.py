@@ -1,4 +1,7 @@
-"""PyTorch training workloads for validating GPUs: one module each, found by the registry; `build(cfg, device)`.
+"""PyTorch training workloads for validating GPUs: one folder each, found by the registry; `build(cfg, device)`.
+
+A workload's folder holds its declaration (`WORKLOAD` in its __init__), its torch and Keras models, its data and
+its epoch recipe; the modules here hold what workloads share (sessions, data layouts, downloads, the precision plan).
 
 Importing this package does not import torch; building a session does.
 """
@@ -45,7 +48,6 @@ DOORS: tuple[str, ...] = (
     "registry",
     "stand_ins",
     "tf",
-    "tf.classifiers",
     "tf.session",
     "torch_precision",
     "torch_session",

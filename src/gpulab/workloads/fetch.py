@@ -30,6 +30,7 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.workloads import checking
+from gpulab.workloads.registry import load
 
 MIRROR_ENV = "GPULAB_WEIGHTS_MIRROR"
 CACHE_ENV = "GPULAB_CACHE"
@@ -41,7 +42,8 @@ TORCH_WEIGHTS = {
     "densenet121": ("DenseNet121_Weights", "IMAGENET1K_V1"),
     "resnet50": ("ResNet50_Weights", "IMAGENET1K_V1"),
 }
-DATASETS = ("mnist", "cifar10")  # data sets torchvision can download
+# The data sets torchvision can download: name -> "MODULE:FUNCTION" of its archives, in its workload's data module
+DATASETS = {"mnist": "gpulab.workloads.mnist.data:archives", "cifar10": "gpulab.workloads.cifar10.data:archives"}
 URL_SCHEMES = ("http", "https", "file", "ftp")  # a mirror given as one of these is a URL prefix, else a folder
 HASH_NAME = re.compile(r"-([a-f0-9]*)\.")  # torch.hub.HASH_REGEX: the SHA-256 prefix a download is checked against
 MAX_ARCHIVE_BYTES = 4 << 30  # a data set archive (CIFAR-10's is 170 MB)
@@ -236,17 +238,13 @@ class Resource:
 
 
 def dataset_resources(name: str) -> list[Resource]:
-    """The archives torchvision.datasets downloads for `name`, with its URLs and MD5 sums."""
-    from gpulab.workloads.tv import import_torchvision
-
-    datasets = import_torchvision().datasets
-    if name == "mnist":
-        mirrors = datasets.MNIST.mirrors
-        return [Resource(tuple(m + f for m in mirrors), f, md5) for f, md5 in datasets.MNIST.resources]
-    if name == "cifar10":
-        c = datasets.CIFAR10
-        return [Resource((c.url,), c.filename, c.tgz_md5)]
-    raise GpulabError(f"no download known for data set {name!r}; known: {', '.join(DATASETS)}")
+    """The archives torchvision.datasets downloads for `name`, with its URLs and MD5 sums (as its workload's data
+    module reads them from torchvision)."""
+    spec = DATASETS.get(name)
+    if spec is None:
+        raise GpulabError(f"no download known for data set {name!r}; known: {', '.join(DATASETS)}")
+    archives: Callable[[], list[Resource]] = load(spec, f"the archives of data set {name}")
+    return archives()
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
 """What epoch training needs from each workload: its model, its own optimiser, its augmentation, and its data split
-into training and validation sets. Built from the workload modules' own settings and builders."""
+into training and validation sets. Each workload's recipe (recipe.py in its folder) builds one from its own settings
+and builders with the splits here; `recipe` finds it through the registry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
@@ -49,7 +51,7 @@ def held_out(count: int, fraction: float, seed: int) -> tuple[Any, Any]:
     return np.sort(order[val:]), np.sort(order[:val])
 
 
-def _in_memory(images: Any, labels: Any, fraction: float, seed: int, source: str) -> Split:
+def in_memory(images: Any, labels: Any, fraction: float, seed: int, source: str) -> Split:
     from gpulab.workloads.data import InMemoryBatches
 
     train, val = held_out(len(labels), fraction, seed)
@@ -62,16 +64,16 @@ def _in_memory(images: Any, labels: Any, fraction: float, seed: int, source: str
     )
 
 
-def _test_or_held_out(train: tuple[Any, Any], test: tuple[Any, Any] | None, fraction: float, cfg: RunConfig) -> Split:
+def test_or_held_out(train: tuple[Any, Any], test: tuple[Any, Any] | None, fraction: float, cfg: RunConfig) -> Split:
     from gpulab.workloads.data import InMemoryBatches
 
     source = f"real:{cfg.data}"
     if test is None:
-        return _in_memory(*train, fraction, cfg.seed, source)
+        return in_memory(*train, fraction, cfg.seed, source)
     return Split(InMemoryBatches(*train), InMemoryBatches(*test), True, source, "the data set's test split")
 
 
-def _digits(cfg: RunConfig, task: Task) -> Split:
+def digits(cfg: RunConfig, task: Task) -> Split:
     from gpulab.workloads.data import DIGITS, digits_split
 
     train, val = digits_split(1797)
@@ -80,8 +82,15 @@ def _digits(cfg: RunConfig, task: Task) -> Split:
     )
 
 
-def _per_sample(cfg: RunConfig, side: int, fraction: float, label_columns: int) -> Split:
-    """An image folder: one folder per class, or labels.csv; validation held out."""
+def per_sample(
+    cfg: RunConfig,
+    side: int,
+    fraction: float,
+    label_columns: int,
+    read_labels: Callable[[Path, str], tuple[Path, list[str], Any]] | None = None,
+) -> Split:
+    """An image folder: one folder per class, or labels.csv (or the layouts the workload's `read_labels` reads);
+    validation held out."""
     import numpy as np
 
     from gpulab.workloads.data import ClassFolder, ImageFolderCSV, read_labels_csv, wants_class_folder
@@ -94,7 +103,10 @@ def _per_sample(cfg: RunConfig, side: int, fraction: float, label_columns: int) 
         return Split(
             found.dataset(side, train), found.dataset(side, val), False, f"real:{root}", held, len(found.classes)
         )
-    folder, paths, labels = read_labels_csv(root, cfg.workload, label_columns)
+    if read_labels is not None:
+        folder, paths, labels = read_labels(root, cfg.workload)
+    else:
+        folder, paths, labels = read_labels_csv(root, cfg.workload, label_columns)
     if label_columns == 1:
         values = labels[:, 0]
         if (values != np.round(values)).any() or values.min() < 0:
@@ -108,139 +120,9 @@ def _per_sample(cfg: RunConfig, side: int, fraction: float, label_columns: int) 
     return Split(subset(train), subset(val), False, f"real:{root}", held)
 
 
-def _no_data(workload: str, kinds: str) -> GpulabError:
+def no_data(workload: str, kinds: str) -> GpulabError:
     return GpulabError(
         f"{workload}: epoch training needs real data: pass --data digits (built in) or --data PATH ({kinds})"
-    )
-
-
-def mnist(cfg: RunConfig, fraction: float) -> Recipe:
-    from gpulab.workloads import mnist as m
-    from gpulab.workloads.data import is_digits, read_mnist, read_mnist_test
-
-    st = m.settings(cfg)
-    task = Task((1, 28, 28), 10)
-    if cfg.data is None:
-        raise _no_data("mnist", "MNIST IDX files")
-    if is_digits(cfg.data):
-        split = _digits(cfg, task)
-    else:
-        root = data_root(cfg)
-        split = _test_or_held_out(read_mnist(root), read_mnist_test(root), fraction, cfg)
-    augment = DeviceAugment(mean=m.MEAN, std=m.STD, channels_last=cfg.channels_last, seed=cfg.seed)
-    return Recipe(
-        task=task,
-        make_model=m.make_model,
-        own_optimizer=m.own_optimizer(st),
-        batch=st.batch,
-        train_augment=augment,
-        eval_crop=None,
-        mean=m.MEAN,
-        std=m.STD,
-        split=split,
-    )
-
-
-def cifar10(cfg: RunConfig, fraction: float) -> Recipe:
-    from gpulab.workloads import cifar10 as c
-    from gpulab.workloads.data import is_class_folder, is_digits, read_cifar10, read_cifar10_test
-
-    st = c.settings(cfg)
-    task = Task((3, 32, 32), 10)
-    if cfg.data is None:
-        raise _no_data("cifar10", "CIFAR-10 python batches or a folder per class")
-    if is_digits(cfg.data):
-        split = _digits(cfg, task)
-    elif is_class_folder(data_root(cfg)):
-        split = _per_sample(cfg, 32, fraction, 1)
-    else:
-        root = data_root(cfg)
-        split = _test_or_held_out(read_cifar10(root), read_cifar10_test(root), fraction, cfg)
-    classes = split.classes or 10
-    augment = DeviceAugment(
-        crop=32, pad=4, flip=True, mean=c.MEAN, std=c.STD, channels_last=cfg.channels_last, seed=cfg.seed
-    )
-    return Recipe(
-        task=Task((3, 32, 32), classes),
-        make_model=lambda: c.make_model(classes),
-        own_optimizer=c.own_optimizer(st),
-        batch=st.batch,
-        train_augment=augment,
-        eval_crop=None,  # pad-and-crop training keeps 32×32: validation sees the whole image
-        mean=c.MEAN,
-        std=c.STD,
-        split=split,
-    )
-
-
-def resnet50(cfg: RunConfig, fraction: float) -> Recipe:
-    from gpulab.workloads import resnet50 as r
-    from gpulab.workloads.data import is_digits
-
-    st = r.settings(cfg)
-    if cfg.data is None:
-        raise _no_data("resnet50", "a folder per class, or images with labels.csv")
-    classes = st.classes
-    if is_digits(cfg.data):
-        split = _digits(cfg, Task((3, st.side, st.side), 10))
-        classes = r.folder_classes(cfg, 10)
-    else:
-        split = _per_sample(cfg, st.side, fraction, 1)
-        if split.classes is not None:
-            classes = r.folder_classes(cfg, split.classes)
-        else:
-            _check_labels(cfg, split, classes)
-    augment = DeviceAugment(
-        crop=st.crop, flip=True, mean=r.MEAN, std=r.STD, channels_last=cfg.channels_last, seed=cfg.seed
-    )
-    return Recipe(
-        task=Task((3, st.crop, st.crop), classes),
-        make_model=lambda: r.make_model(classes, st.start),
-        own_optimizer=r.own_optimizer(st),
-        batch=st.batch,
-        train_augment=augment,
-        eval_crop=st.crop,  # images load at 256/224 of the crop: validation takes the centre
-        mean=r.MEAN,
-        std=r.STD,
-        split=split,
-    )
-
-
-def _check_labels(cfg: RunConfig, split: Split, classes: int) -> None:
-    import numpy as np
-
-    top = max(int(np.max(split.train.labels)), int(np.max(split.val.labels)))
-    if top >= classes:
-        raise GpulabError(
-            f"{cfg.workload}: labels in {cfg.data} go up to {top}, beyond num_classes={classes}; "
-            f"pass --param num_classes={top + 1}"
-        )
-
-
-def chexnet(cfg: RunConfig, fraction: float) -> Recipe:
-    from gpulab.workloads import chexnet as x
-    from gpulab.workloads.data import is_digits
-
-    st = x.settings(cfg)
-    task = Task((3, st.side, st.side), x.CLASSES, multilabel=True)
-    if cfg.data is None:
-        raise _no_data("chexnet", f"images with labels.csv of {x.CLASSES} 0/1 columns")
-    if is_digits(cfg.data):
-        digits_dataset(cfg, task)  # refuses: one label per image
-    split = _per_sample(cfg, st.side, fraction, x.CLASSES)
-    augment = DeviceAugment(
-        crop=st.crop, flip=True, mean=x.MEAN, std=x.STD, channels_last=cfg.channels_last, seed=cfg.seed
-    )
-    return Recipe(
-        task=Task((3, st.crop, st.crop), x.CLASSES, multilabel=True),
-        make_model=lambda: x.make_model(st.start),
-        own_optimizer=x.own_optimizer(st),
-        batch=st.batch,
-        train_augment=augment,
-        eval_crop=st.crop,
-        mean=x.MEAN,
-        std=x.STD,
-        split=split,
     )
 
 

@@ -1,13 +1,13 @@
-"""The workloads gpulab knows, each declared once in its own module: `WORKLOAD = Workload(...)`.
+"""The workloads gpulab knows, each declared once in its own folder: `WORKLOAD = Workload(...)` in its __init__.
 
-The registry is found, not listed: every module of this package that declares a `WORKLOAD`, then every entry
-point of the group `gpulab.workloads` whose object is a `Workload` (a package adds its own that way):
+The registry is found, not listed: every sub-package (or module) of this package that declares a `WORKLOAD`, then
+every entry point of the group `gpulab.workloads` whose object is a `Workload` (a package adds its own that way):
 
     [project.entry-points."gpulab.workloads"]
     mlp = "mypkg.mlp:WORKLOAD"
 
 Launchers, the epoch trainer, studies, the precision plan and the suite ask it what they need to know about a
-workload instead of naming workloads. Reading it imports the workload modules, never torch or TensorFlow.
+workload instead of naming workloads. Reading it imports the workloads' declarations, never torch or TensorFlow.
 """
 
 from __future__ import annotations
@@ -82,11 +82,11 @@ def load(spec: str, what: str) -> Any:
 
 
 def _built_in() -> list[Workload]:
+    """The `WORKLOAD` of every module and sub-package of this package: a workload is a folder whose __init__
+    declares it (its modules are imported only when a builder, recipe or check is asked for)."""
     package = importlib.import_module(PACKAGE)
     found = []
     for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg:
-            continue
         declared = getattr(importlib.import_module(f"{PACKAGE}.{info.name}"), "WORKLOAD", None)
         if isinstance(declared, Workload):
             found.append(declared)

@@ -1,5 +1,6 @@
-"""What the TensorFlow workloads share: precision for a session's lifetime, tf.data input pipelines, and a
-supervised training session whose step is one compiled `strategy.run` of a replica step.
+"""What the TensorFlow workloads share: precision for a session's lifetime, tf.data input pipelines, a supervised
+training session whose step is one compiled `strategy.run` of a replica step, and what each Keras classifier
+(tf_model.py in its workload's folder) builds its session with: the optimiser a run chooses, the global batch.
 
 Every session runs under a `tf.distribute` strategy: OneDeviceStrategy for one device (its distributed dataset
 prefetches batches onto that device), MirroredStrategy for several. Batches are NHWC (TensorFlow's native layout).
@@ -277,3 +278,79 @@ class TFClassifierSession:
             self._finished = True
             self._numerics.close()
         return {"steps_run": self._steps_run, "replicas_ran": self.last_replicas}
+
+
+# ---------- the classifiers' sessions, parts every Keras classifier shares ----------
+
+
+def classifier_session(
+    cfg: RunConfig,
+    strategy: Any,
+    *,
+    batch: int,
+    steps: int,
+    make_model: Callable[[], Any],
+    make_optimizer: Callable[[], Any],
+    loss: Callable[[Any, Any], Any],
+    make_data: Callable[[], tuple[Any, str]],
+    info: dict[str, Any],
+) -> TFClassifierSession:
+    seed_everything(cfg.seed)
+    make_optimizer = chosen_optimizer(cfg, make_optimizer)
+    numerics = TFNumerics(cfg.precision)
+    try:
+        dataset, source = make_data()
+        return TFClassifierSession(
+            cfg=cfg,
+            strategy=strategy,
+            make_model=make_model,
+            make_optimizer=make_optimizer,
+            loss=loss,
+            dataset=dataset,
+            numerics=numerics,
+            batch=batch,
+            steps=steps,
+            info={"data": source, **info},
+        )
+    except BaseException:
+        numerics.close()
+        raise
+
+
+def chosen_optimizer(cfg: RunConfig, own: Callable[[], Any]) -> Callable[[], Any]:
+    """cfg.optimizer (adam, sgd with momentum 0.9) at cfg.learning_rate or its default; else the workload's own,
+    at cfg.learning_rate when one is given."""
+
+    def make() -> Any:
+        import keras
+
+        lr = cfg.learning_rate
+        if cfg.optimizer == "adam":
+            return keras.optimizers.Adam(learning_rate=lr or names.OPTIMIZER_LR["adam"])
+        if cfg.optimizer == "sgd":
+            return keras.optimizers.SGD(learning_rate=lr or names.OPTIMIZER_LR["sgd"], momentum=0.9)
+        optimizer = own()
+        if lr is not None:
+            optimizer.learning_rate = lr
+        return optimizer
+
+    return make
+
+
+def global_batch(batch: int, strategy: Any) -> int:
+    return batch * int(strategy.num_replicas_in_sync)
+
+
+def sparse_ce() -> Any:
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+
+def torch_only_pretrained(cfg: RunConfig) -> None:
+    """The ImageNet start loads torchvision's files: refused here before anything is fetched."""
+    if cfg.params.get("pretrained") not in (None, "none"):
+        raise GpulabError(
+            f"{cfg.workload}: pretrained weights load in the torch version only; drop --param pretrained "
+            "or run with --framework torch"
+        )

@@ -9,8 +9,8 @@ from typing import Any
 
 from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
+from gpulab.workloads.chexnet import DEFAULTS, SIZES
 from gpulab.workloads.pretrained import Start
-from gpulab.workloads.registry import Workload
 from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
@@ -22,13 +22,9 @@ from gpulab.workloads.torch_session import (
     choose_optimizer,
 )
 
-# size: (batch, steps); "full" is one epoch of the 78,468-image training split at batch 64
-SIZES = {"tiny": (2, 2), "quick": (32, 20), "standard": (64, 100), "full": (64, 1226)}
 IMAGE = {"tiny": 64}  # crop side; 224 for other sizes
 CLASSES = 14
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# image: crop side (loads at side·264/224); pretrained: imagenet (CheXNet's start), a URL or a file; None: random
-DEFAULTS: dict[str, Any] = {"image": None, "learning_rate": 1e-3, "pretrained": None}
 
 
 def make_model(begin: Start | None = None, described: list[str] | None = None) -> Any:
@@ -77,14 +73,15 @@ def own_optimizer(st: Settings) -> OwnOptimizer:
 
 
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    from gpulab.workloads.data import ImageFolderCSV, read_labels_csv
+    from gpulab.workloads.chexnet.data import read_labels
+    from gpulab.workloads.data import ImageFolderCSV
 
     st = settings(cfg)
     batch, steps, crop, side = st.batch, st.steps, st.crop, st.side
     make_optimizer = choose_optimizer(cfg, own_optimizer(st))
 
     def real(root: Path) -> tuple[Any, bool]:
-        folder, paths, labels = read_labels_csv(root, "chexnet", CLASSES)
+        folder, paths, labels = read_labels(root, "chexnet")
         return ImageFolderCSV(folder, paths, labels, side), False
 
     def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
@@ -106,28 +103,3 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     )
     session.info["weights"] = described[-1]
     return session
-
-
-WORKLOAD = Workload(
-    name="chexnet",
-    sizes=SIZES,
-    torch="gpulab.workloads.chexnet:build",
-    params=DEFAULTS,
-    tensorflow="gpulab.workloads.tf.classifiers:build_chexnet",
-    order=3,
-    metric="mean AUC",
-    recipe="gpulab.workloads.recipes:chexnet",
-    cpu_batch=8,  # one single-thread DenseNet121 step at the size's batch takes minutes
-    data_set="ChestX-ray14",
-    imagenet_start="DenseNet121",
-    start_param="pretrained",
-    generated_data="gpulab.workloads.chexnet:generated_data",
-    settings="gpulab.workloads.chexnet:settings",
-)
-
-
-def generated_data(root: Path) -> None:
-    """Generated images with labels.csv of the 14 findings (a study's `data: generated`)."""
-    from gpulab.workloads.data import write_image_folder
-
-    write_image_folder(root, 48, label_columns=CLASSES, side=64)

@@ -13,7 +13,7 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads import pretrained
 from gpulab.workloads.pretrained import Start
-from gpulab.workloads.registry import Workload
+from gpulab.workloads.resnet50 import DEFAULTS, SIZES
 from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
@@ -25,18 +25,8 @@ from gpulab.workloads.torch_session import (
     choose_optimizer,
 )
 
-# size: (batch per device, steps)
-SIZES = {"tiny": (2, 2), "quick": (64, 20), "standard": (128, 100), "full": (256, 500)}
 IMAGE = {"tiny": 64}  # side; 224 for other sizes
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-DEFAULTS: dict[str, Any] = {
-    "image": None,
-    "num_classes": 285,
-    "learning_rate": 0.1,
-    "momentum": 0.9,
-    "weight_decay": 1e-4,
-    "pretrained": None,  # imagenet (torchvision's weights, all but the fc head), a URL or a file; None: random
-}
 
 
 @dataclass(frozen=True)
@@ -149,26 +139,3 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
     session.info["classes"] = classes[0]
     session.info["weights"] = described[-1]
     return session
-
-
-WORKLOAD = Workload(
-    name="resnet50",
-    sizes=SIZES,
-    torch="gpulab.workloads.resnet50:build",
-    params=DEFAULTS,
-    tensorflow="gpulab.workloads.tf.classifiers:build_resnet50",
-    order=4,
-    recipe="gpulab.workloads.recipes:resnet50",
-    tf_epochs="gpulab.workloads.tf.classifiers:resnet50_epoch_parts",
-    cpu_batch=8,  # one single-thread ResNet50 step at batch 128 takes over a minute
-    data_set="ImageNet",
-    generated_data="gpulab.workloads.resnet50:generated_data",
-    settings="gpulab.workloads.resnet50:settings",
-)
-
-
-def generated_data(root: Path) -> None:
-    """Generated images of 4 classes with labels.csv (a study's `data: generated`)."""
-    from gpulab.workloads.data import write_image_folder
-
-    write_image_folder(root, 48, label_columns=1, classes=4, side=64)

@@ -27,13 +27,10 @@ from gpulab.records import RunConfig
 from gpulab.workloads import checking
 from gpulab.workloads.images import crop_to_aspect, default_image, load_image, readable_image, resize_image, to_tensor
 from gpulab.workloads.input_files import IMAGE_HINT, input_file
-from gpulab.workloads.registry import Workload
-from gpulab.workloads.style_loops import LOOPS, compiled_loss, effective_loop, gram, graphs_or_compiled, tapped
+from gpulab.workloads.style_transfer import DEFAULTS, SIZES
+from gpulab.workloads.style_transfer.loops import LOOPS, compiled_loss, effective_loop, gram, graphs_or_compiled, tapped
+from gpulab.workloads.style_transfer.vgg import VGG_WEIGHTS_HINT, ready_features
 from gpulab.workloads.torch_session import Numerics, Params, batch_and_steps, seed_everything
-from gpulab.workloads.vgg import VGG_WEIGHTS_HINT, ready_features
-
-# size: (width in pixels, iterations); "full" is the classic run: 1000 iterations at 512 px (532×512 by default)
-SIZES = {"tiny": (64, 10), "quick": (512, 100), "standard": (512, 300), "full": (512, 1000)}
 
 CONTENT_LAYERS = {"relu4_2": 22, "relu5_2": 31}  # indices in torchvision's vgg19().features
 STYLE_LAYERS = {"relu1_1": 1, "relu2_1": 6, "relu3_1": 11, "relu4_1": 20, "relu5_1": 29}
@@ -41,35 +38,6 @@ REFERENCE_ASPECT = (532, 512)  # height, width of the reference run; the default
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-DEFAULTS: dict[str, Any] = {
-    "width": None,  # output width in pixels; None: the size's default
-    "height": None,  # None: keep the content image's aspect ratio
-    "iterations": None,  # None: cfg.steps or the size's default
-    "learning_rate": 1e1,
-    "beta1": 0.9,
-    "beta2": 0.999,
-    "epsilon": 1e-8,
-    "style_scales": 1.0,  # one per style image, or one for all
-    "content_weight": 5e0,
-    "content_weight_blend": 1.0,  # relu4_2 gets blend, relu5_2 gets 1 - blend
-    "style_weight": 5e2,
-    "tv_weight": 1e2,
-    "style_layer_weight_exp": 1.0,
-    "pooling": "max",
-    "initial": "noise",
-    "content": None,  # image path; default: scikit-learn's china.jpg, else a generated image
-    "style": None,  # image path or list of paths; default: scikit-learn's flower.jpg, else a generated image
-    "output": None,  # where finish() writes the result image
-    "vgg_weights": None,  # torchvision VGG19 state_dict (full model or features only): a path, imagenet or a URL
-    "loop": "eager",  # eager | compile | compile-graphs | auto (torch only; see LOOPS)
-}
-
-# The parameters whose values may differ between the runs of one batch (gpulab.workloads.style_batch): numbers of
-# the loss and the optimiser, each run's own; every other parameter and run field gives a batch of its own.
-BATCH_SHARED = frozenset(
-    {"content_weight", "content_weight_blend", "style_weight", "tv_weight", "style_layer_weight_exp", "learning_rate",
-     "style_scales", "output"}
-)  # fmt: skip
 
 # ---------- session ----------
 
@@ -429,7 +397,7 @@ class StyleTransferSession(StyleSessionBase):
     def flops_per_step(self) -> float:
         """Floating-point operations of one step (forward, losses, backward to the image), counted by torch's
         FlopCounterMode on the eager loss once per process and shape; Adam's elementwise update is not counted."""
-        from gpulab.workloads.style_loops import style_loss
+        from gpulab.workloads.style_transfer.loops import style_loss
 
         content = [(i, float(w), t) for i, w, t in self._content]
         style = [(i, float(g), t) for i, g, t in self._style]
@@ -472,20 +440,3 @@ def study_references(fixed: Mapping[str, Any], varied: Collection[str]) -> list[
             except GpulabError:
                 out.append((kind, f"{item} (unreadable)", None))
     return out
-
-
-WORKLOAD = Workload(
-    name="style_transfer",
-    sizes=SIZES,
-    torch="gpulab.workloads.style_transfer:build",
-    params=DEFAULTS,
-    tensorflow="gpulab.workloads.tf.style_transfer:build",
-    order=0,
-    optimises_input=True,
-    autocast=False,  # its Gram matrices and losses stay fp32: bf16 autocast would only add casts (TF32 instead)
-    imagenet_start="VGG19",
-    references="gpulab.workloads.style_transfer:study_references",
-    settings="gpulab.workloads.style_transfer:checked_settings",
-    batch="gpulab.workloads.style_batch:build_batch",
-    batch_shared=BATCH_SHARED,
-)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.records import RunConfig
-from gpulab.workloads.registry import Workload
+from gpulab.workloads.cifar10 import DEFAULTS, SIZES
 from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
@@ -20,10 +20,7 @@ from gpulab.workloads.torch_session import (
     choose_optimizer,
 )
 
-# size: (batch, steps); "full" is one epoch of the 50,000 training images
-SIZES = {"tiny": (8, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 390)}
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-DEFAULTS: dict[str, Any] = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
 
 
 def make_model(classes: int = 10) -> Any:
@@ -78,7 +75,8 @@ def own_optimizer(st: Settings) -> OwnOptimizer:
 
 
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    from gpulab.workloads.data import ClassFolder, InMemoryBatches, is_class_folder, read_cifar10
+    from gpulab.workloads.cifar10.data import is_class_folder, read
+    from gpulab.workloads.data import ClassFolder, InMemoryBatches
 
     st = settings(cfg)
     batch, steps = st.batch, st.steps
@@ -90,7 +88,7 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
             found = ClassFolder.read(root, "cifar10")
             classes[0] = len(found.classes)
             return found.dataset(32), False
-        return InMemoryBatches(*read_cifar10(root)), True
+        return InMemoryBatches(*read(root)), True
 
     def augment(mean: Any = None, std: Any = None) -> DeviceAugment:
         return DeviceAugment(
@@ -110,24 +108,3 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         real_augment=augment(MEAN, STD),
         info={"image_hw": [32, 32], "augment": "pad 4, crop 32, flip"},
     )
-
-
-WORKLOAD = Workload(
-    name="cifar10",
-    sizes=SIZES,
-    torch="gpulab.workloads.cifar10:build",
-    params=DEFAULTS,
-    tensorflow="gpulab.workloads.tf.classifiers:build_cifar10",
-    order=2,
-    recipe="gpulab.workloads.recipes:cifar10",
-    data_set="CIFAR-10",
-    generated_data="gpulab.workloads.cifar10:generated_data",
-    settings="gpulab.workloads.cifar10:settings",
-)
-
-
-def generated_data(root: Path) -> None:
-    """Generated images as CIFAR-10 python batches (a study's `data: generated`)."""
-    from gpulab.workloads.data import write_cifar10_batches
-
-    write_cifar10_batches(root)

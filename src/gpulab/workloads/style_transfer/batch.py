@@ -17,7 +17,8 @@ from typing import Any
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads.images import to_tensor
-from gpulab.workloads.style_loops import (
+from gpulab.workloads.style_transfer import BATCH_SHARED
+from gpulab.workloads.style_transfer.loops import (
     batched_style_loss,
     compiled_batched_loss,
     effective_loop,
@@ -25,8 +26,7 @@ from gpulab.workloads.style_loops import (
     graphs_or_compiled,
     tapped,
 )
-from gpulab.workloads.style_transfer import (
-    BATCH_SHARED,
+from gpulab.workloads.style_transfer.session import (
     CONTENT_LAYERS,
     IMAGENET_MEAN,
     IMAGENET_STD,

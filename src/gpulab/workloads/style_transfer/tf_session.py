@@ -1,6 +1,6 @@
 """Neural style transfer on tf.keras: VGG19 from keras.applications (include_top=False), Adam on the image variable.
 
-The same loss terms and parameters as the PyTorch workload (gpulab.workloads.style_transfer): content at
+The same loss terms and parameters as the PyTorch workload (gpulab.workloads.style_transfer.session): content at
 relu4_2/relu5_2 (block4_conv2/block5_conv2), style Gram matrices at relu1_1..relu5_1 (blockN_conv1), total variation;
 the image lives in 0..255 pixel space and gets Keras VGG19's own preprocessing (BGR, ImageNet means subtracted).
 VGG weights are random unless `vgg_weights` names a Keras `.weights.h5` file of keras.applications.VGG19
@@ -15,11 +15,10 @@ from typing import Any
 
 from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
-from gpulab.workloads import style_transfer as torch_st
 from gpulab.workloads.input_files import cause, file_digest
+from gpulab.workloads.style_transfer import session as torch_st
 from gpulab.workloads.tf.session import TFNumerics, default_strategy, seed_everything, strategy_devices
 
-SIZES = torch_st.SIZES
 CONTENT_LAYERS = {"relu4_2": "block4_conv2", "relu5_2": "block5_conv2"}
 STYLE_LAYERS = {
     "relu1_1": "block1_conv1",

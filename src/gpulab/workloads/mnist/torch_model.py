@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.records import RunConfig
-from gpulab.workloads.registry import Workload
+from gpulab.workloads.mnist import DEFAULTS, SIZES
 from gpulab.workloads.torch_session import (
     ClassifierSession,
     DeviceAugment,
@@ -19,10 +19,7 @@ from gpulab.workloads.torch_session import (
     choose_optimizer,
 )
 
-# size: (batch, steps); "full" is one epoch of the 60,000 training images
-SIZES = {"tiny": (16, 2), "quick": (128, 20), "standard": (128, 100), "full": (128, 468)}
 MEAN, STD = (0.1307,), (0.3081,)
-DEFAULTS: dict[str, Any] = {"optimizer": "adadelta", "learning_rate": None}  # lr None: 1.0 Adadelta, 0.01 SGD
 
 
 def make_model() -> Any:
@@ -77,14 +74,15 @@ def own_optimizer(st: Settings) -> OwnOptimizer:
 
 
 def build(cfg: RunConfig, device: str) -> ClassifierSession:
-    from gpulab.workloads.data import InMemoryBatches, read_mnist
+    from gpulab.workloads.data import InMemoryBatches
+    from gpulab.workloads.mnist.data import read
 
     st = settings(cfg)
     batch, steps = st.batch, st.steps
     make_optimizer = choose_optimizer(cfg, own_optimizer(st))
 
     def real(root: Path) -> tuple[Any, bool]:
-        return InMemoryBatches(*read_mnist(root)), True
+        return InMemoryBatches(*read(root)), True
 
     return build_classifier(
         cfg,
@@ -99,26 +97,3 @@ def build(cfg: RunConfig, device: str) -> ClassifierSession:
         real_augment=DeviceAugment(mean=MEAN, std=STD, channels_last=cfg.channels_last, seed=cfg.seed),
         info={"image_hw": [28, 28]},
     )
-
-
-WORKLOAD = Workload(
-    name="mnist",
-    sizes=SIZES,
-    torch="gpulab.workloads.mnist:build",
-    params=DEFAULTS,
-    tensorflow="gpulab.workloads.tf.classifiers:build_mnist",
-    order=1,
-    recipe="gpulab.workloads.recipes:mnist",
-    tf_epochs="gpulab.workloads.tf.classifiers:mnist_epoch_parts",
-    channels_last_gains=False,  # 28×28, one channel
-    data_set="MNIST",
-    generated_data="gpulab.workloads.mnist:generated_data",
-    settings="gpulab.workloads.mnist:settings",
-)
-
-
-def generated_data(root: Path) -> None:
-    """Scikit-learn's digits as MNIST IDX files (a study's `data: generated`)."""
-    from gpulab.workloads.data import write_digits_mnist
-
-    write_digits_mnist(root)
