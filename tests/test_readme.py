@@ -87,3 +87,35 @@ def test_the_anchor_of_a_heading_is_githubs():
     assert slug(heading) == "bootstrapsh-this-machine-from-a-fresh-checkout"
     assert slug("A command stopped with `gpulab: error:`") == "a-command-stopped-with-gpulab-error"
     assert slug("Data, weights and stand-ins") == "data-weights-and-stand-ins"
+
+
+def _layout_rows() -> list[tuple[list[str], list[str]]]:
+    """README's layout table: (the row's modules or packages, the names its face column gives)."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Layout") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows.append((re.findall(r"`([^`]+)`", cells[0]), re.findall(r"`([^`]+)`", cells[1])))
+    return rows
+
+
+def test_the_readme_layout_names_every_package_and_only_real_faces():
+    import importlib
+
+    from test_import_graph import LAYERS, doors
+
+    rows = _layout_rows()
+    named = [m for modules, _ in rows for m in modules]
+    assert named == [m for layer in LAYERS for m in layer if m not in ("gpulab", "__main__")]  # every one, in order
+    wrong = []
+    for modules, faces in rows:
+        found = [importlib.import_module(f"gpulab.{m}") for m in modules]
+        for name in faces:
+            in_face = any(name in (getattr(mod, "__all__", None) or vars(mod)) for mod in found)
+            if not in_face and not any(name in (doors(m) or ()) for m in modules):
+                wrong.append(f"{'/'.join(modules)}: {name}")
+    assert wrong == []
+    assert all(faces for _, faces in rows)  # each row names its face
