@@ -13,7 +13,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
-from gpulab.launch.planning import check_config, resolve_builder
+from gpulab.launch.planning import check_config, config_from_dict, config_to_dict, resolve_builder
 from gpulab.names import CommBackend
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import jsonable, report_json, schema_errors, write_report
@@ -174,8 +174,8 @@ def test_batch_plan_refuses_what_cannot_work(cfg, n, policy, scale, message):
 
 
 def test_config_is_checked_before_anything_starts(tmp_path):
-    with pytest.raises(GpulabError, match="unknown precision"):
-        check_config(RunConfig("stub", precision="fp8"), BUILDER)
+    with pytest.raises(GpulabError, match="unknown precision"):  # a config's JSON form is read at its edge
+        config_from_dict({**config_to_dict(RunConfig("stub")), "precision": "fp8"})
     with pytest.raises(GpulabError, match="unknown size"):
         check_config(RunConfig("stub", size="huge"), BUILDER)
     with pytest.raises(GpulabError, match="--data"):

@@ -82,8 +82,6 @@ def test_sweep_two_processes(tmp_path: Path) -> None:
 def test_bad_inputs_fail_before_tensorflow_starts() -> None:
     with pytest.raises(GpulabError, match="unknown workload"):
         run_tf_cpu(RunConfig("bogus", size="tiny"))
-    with pytest.raises(GpulabError, match="unknown precision"):
-        run_tf_cpu(RunConfig("mnist", precision="fp8", size="tiny"))
     with pytest.raises(GpulabError, match="--threads must be at least 1"):
         run_tf_cpu(RunConfig("mnist", size="tiny"), 0)
 

@@ -18,6 +18,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
+from gpulab.names import Precision
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import load_report
 from gpulab.validation.baselines import OneGpuBaselines
@@ -168,7 +169,9 @@ def test_baselines_are_kept_per_framework_and_config_and_failures_are_not_kept()
         baselines(speedup_config("mnist", "standard"))
     assert the_lab.report.results == [] and measured == []
     first = baselines(speedup_config("mnist", "standard"))
-    assert baselines(RunConfig("mnist", precision="bf16", size="standard")) is first  # the same config, built anew
+    assert (
+        baselines(RunConfig("mnist", precision=Precision.BF16, size="standard")) is first
+    )  # the same config, built anew
     baselines(speedup_config("mnist", "standard", "tensorflow"), "tensorflow")
     baselines(speedup_config("mnist", "full"))
     assert measured == [("torch", "mnist", "standard"), ("tensorflow", "mnist", "standard"), ("torch", "mnist", "full")]

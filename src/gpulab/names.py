@@ -6,7 +6,7 @@ meaning from here, so a precision or a tier means the same thing wherever it is 
 
     from gpulab import names
 
-    mode = names.precision("bf16")        # .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
+    mode = names.Precision.parse("bf16")  # Precision.BF16: .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
     tier = names.tier("standard")         # .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
 
 This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
@@ -18,16 +18,16 @@ import dataclasses
 import enum
 import re
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from gpulab.errors import GpulabError, UnknownValue
 
 
 # -- precision -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Precision:
-    """What a precision name means for the numbers a run computes."""
+class _Arithmetic:
+    """What a precision means for the numbers a run computes (Precision's properties read it)."""
 
-    name: str
     dtype: str  # the tensors' element type (torch.<dtype>, tf.<dtype>)
     tf32: bool  # fp32 matmuls and convolutions on TF32 tensor cores
     autocast: str | None  # the reduced type training runs under (torch autocast, Keras' mixed policy); None: fp32
@@ -37,26 +37,103 @@ class Precision:
     summary: str
 
 
-_PRECISIONS = (
-    Precision("fp32", "float32", False, None, "fp32_tflops", False, 0.0, "IEEE fp32 (TF32 off)"),
-    Precision("tf32", "float32", True, None, "tf32_tflops", False, 8.0, "fp32 with TF32 tensor cores"),
-    Precision("bf16", "bfloat16", True, "bfloat16", "bf16_tflops", False, 8.0, "bf16 autocast (fp32 master weights)"),
+class Precision(str, enum.Enum):
+    """The arithmetic a run computes in, with its meaning as properties (`.dtype`, `.tf32`, `.autocast`,
+    `.spec_field`, `.loss_scaling`, `.min_compute_capability`, `.summary`). A str, so that JSON, dict keys and
+    `== "bf16"` see its value; parsed here only: `Precision.parse` at the edges (the command line, study files, a
+    worker's config, a report row), and every layer below takes the member."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def _meaning(self) -> _Arithmetic:
+        return _ARITHMETIC[self]
+
+    @property
+    def dtype(self) -> str:
+        return self._meaning.dtype
+
+    @property
+    def tf32(self) -> bool:
+        return self._meaning.tf32
+
+    @property
+    def autocast(self) -> str | None:
+        return self._meaning.autocast
+
+    @property
+    def spec_field(self) -> str:
+        return self._meaning.spec_field
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self._meaning.loss_scaling
+
+    @property
+    def min_compute_capability(self) -> float:
+        return self._meaning.min_compute_capability
+
+    @property
+    def summary(self) -> str:
+        return self._meaning.summary
+
+    @classmethod
+    def parse(cls, value: object, *, training: bool = False, who: str = "") -> Precision:
+        """The Precision `value` names (exactly its value; `training`: one the workloads train at), or
+        errors.UnknownValue with the choices. `who` prefixes the message."""
+        if isinstance(value, Precision):
+            return value
+        allowed = TRAINING_PRECISIONS if training else PRECISIONS
+        if isinstance(value, str) and value in allowed:
+            return cls(value)
+        raise UnknownValue("precision", value, allowed, who=who)
+
+    @classmethod
+    def parse_reported(cls, value: object, what: str = "precision") -> ReportPrecision:
+        """A report row's precision: a Precision, or NO_PRECISION for a row that is not arithmetic."""
+        if isinstance(value, Precision | NoPrecision):
+            return value
+        if value == NO_PRECISION.value:
+            return NO_PRECISION
+        if isinstance(value, str) and value in PRECISIONS:
+            return cls(value)
+        raise UnknownValue(what, value, REPORT_PRECISIONS)
+
+
+class NoPrecision(str, enum.Enum):
+    """A report row's precision when the row is not arithmetic (memory copies, host transfers): "none". Apart from
+    Precision, so that a Precision always has a meaning (a dtype, a datasheet rate) and a row's is asked for with
+    `isinstance(row.precision, Precision)`."""
+
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ARITHMETIC: dict[Precision, _Arithmetic] = {
+    Precision.FP32: _Arithmetic("float32", False, None, "fp32_tflops", False, 0.0, "IEEE fp32 (TF32 off)"),
+    Precision.TF32: _Arithmetic("float32", True, None, "tf32_tflops", False, 8.0, "fp32 with TF32 tensor cores"),
+    Precision.BF16: _Arithmetic(
+        "bfloat16", True, "bfloat16", "bf16_tflops", False, 8.0, "bf16 autocast (fp32 master weights)"
+    ),
     # fp16 keeps fp32 matmuls IEEE (no TF32 before Ampere, where it would run); fp16 range needs loss scaling
-    Precision("fp16", "float16", False, "float16", "fp16_tflops", True, 5.3, "fp16 autocast with loss scaling"),
-)
-PRECISION_TABLE: dict[str, Precision] = {p.name: p for p in _PRECISIONS}
-PRECISIONS: tuple[str, ...] = tuple(PRECISION_TABLE)
+    Precision.FP16: _Arithmetic(
+        "float16", False, "float16", "fp16_tflops", True, 5.3, "fp16 autocast with loss scaling"
+    ),
+}
+ReportPrecision: TypeAlias = Precision | NoPrecision  # what a report row's precision holds
+PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)
 TRAINING_PRECISIONS: tuple[str, ...] = PRECISIONS
-NO_PRECISION = "none"  # a result that is not arithmetic (memory copies, host transfers)
-REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION)
-
-
-def precision(name: str, *, training: bool = False, who: str = "") -> Precision:
-    """The Precision called `name` (`training`: one the workloads train at). `who` prefixes the message."""
-    allowed = TRAINING_PRECISIONS if training else PRECISIONS
-    if name not in allowed:
-        raise UnknownValue("precision", name, allowed, who=who)
-    return PRECISION_TABLE[name]
+NO_PRECISION = NoPrecision.NONE  # a result that is not arithmetic (memory copies, host transfers)
+REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION.value)
+precision = Precision.parse  # the parser under the vocabulary's module-level spelling: names.precision("bf16")
 
 
 # -- problem sizes and tiers ---------------------------------------------------------------------------------
