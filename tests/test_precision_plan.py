@@ -9,7 +9,7 @@ import pytest
 from gpulab import compat, names
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.names import Precision
+from gpulab.names import Precision, ValidationTier
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, scaling_plans, speedup_config
 from gpulab.validation.session import Lab, Options
 from gpulab.workloads import precision_plan
@@ -55,7 +55,7 @@ def test_the_plan_a_practitioner_would_choose(name, classifier, style):
 
 def test_the_captured_p100_host_plans_fp16_with_loss_scaling():
     fp = fingerprint(smi_xml=FIXTURES / "p100x2-driver375" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    lab = Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus)
+    lab = Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus)
     plan = lab.precision_plan
     assert plan is not None and plan.architecture == "Pascal" and not plan.forced
     cfg = speedup_config("resnet50", "standard", plan=plan)
@@ -71,7 +71,7 @@ def test_the_captured_p100_host_plans_fp16_with_loss_scaling():
 
 def test_a_plan_forced_to_an_architecture():
     fp = fingerprint(smi_xml=FIXTURES / "h200x4-firecracker" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    lab = Lab(options=Options(tier="standard", precision_plan="volta"), fingerprint=fp, gpus=fp.gpus[:1])
+    lab = Lab(options=Options(tier=ValidationTier.STANDARD, precision_plan="volta"), fingerprint=fp, gpus=fp.gpus[:1])
     plan = lab.precision_plan
     assert plan.forced and plan.architecture == "Volta"
     assert speedup_config("resnet50", "standard", plan=plan).precision == "fp16"

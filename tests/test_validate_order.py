@@ -18,7 +18,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
-from gpulab.names import Precision
+from gpulab.names import Precision, ValidationTier
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import load_report
 from gpulab.validation.baselines import OneGpuBaselines
@@ -150,7 +150,7 @@ def test_every_one_gpu_row_is_measured_once_in_either_order(tmp_path, order):
 
 def lab() -> Lab:
     fp = fingerprint(smi_xml=FIX / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    return Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus[:2])
+    return Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus[:2])
 
 
 def test_baselines_are_kept_per_framework_and_config_and_failures_are_not_kept():

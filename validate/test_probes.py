@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: install gpu
 
 @pytest.fixture(scope="module")
 def tier(lab):
-    return names.tier(lab.options.tier)
+    return lab.options.tier.meaning
 
 
 @pytest.fixture(scope="module")

@@ -163,11 +163,57 @@ class ProbeSize:
         return dataclasses.replace(self, repeats=self.repeats * factor)
 
 
+class ValidationTier(str, enum.Enum):
+    """A validation tier's name (`pytest validate/ --tier NAME`), its meaning `.meaning` (a Tier). A str, so that
+    JSON and `== "quick"` see its value; parsed here only: `ValidationTier.parse` at the edges (the suite's --tier
+    option), `parse_reported` for a report's tier, which may also be a ReportOrigin."""
+
+    QUICK = "quick"
+    STANDARD = "standard"
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def meaning(self) -> Tier:
+        return TIER_TABLE[self]
+
+    @classmethod
+    def parse(cls, value: object, what: str = "tier") -> ValidationTier:
+        """The tier `value` names (exactly its value), or errors.UnknownValue with the choices."""
+        if isinstance(value, ValidationTier):
+            return value
+        if isinstance(value, str) and value in TIERS:
+            return cls(value)
+        raise UnknownValue(what, value, TIERS)
+
+    @classmethod
+    def parse_reported(cls, value: object, what: str = "tier") -> ReportTier:
+        """A report's tier: a validation tier, or the ReportOrigin of a report no validation run wrote."""
+        if isinstance(value, ValidationTier | ReportOrigin):
+            return value
+        if isinstance(value, str) and value in REPORT_TIERS:
+            return ReportOrigin(value) if value in ORIGIN_TIERS else cls(value)
+        raise UnknownValue(what, value, REPORT_TIERS)
+
+
+class ReportOrigin(str, enum.Enum):
+    """A report's tier when no validation tier wrote it: `gpulab run` / `sweep` / `study` ("run"), or a study's
+    published figures transcribed with their provenance ("published", studies/baselines/)."""
+
+    RUN = "run"
+    PUBLISHED = "published"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Tier:
     """How deep a validation run goes (`pytest validate/ --tier NAME`)."""
 
-    name: str
+    name: ValidationTier
     summary: str
     workload_size: str | None  # the training workloads' size; None: this tier trains nothing
     probe: ProbeSize  # the GPU matmul and copy probes
@@ -179,9 +225,9 @@ class Tier:
 
 
 _TIERS = (
-    Tier("quick", "seconds: probes and health, no training", None, ProbeSize(), 128, "128M", 1),
+    Tier(ValidationTier.QUICK, "seconds: probes and health, no training", None, ProbeSize(), 128, "128M", 1),
     Tier(
-        "standard",
+        ValidationTier.STANDARD,
         "minutes: probes, speedups and scaling at the standard size",
         "standard",
         ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
@@ -190,7 +236,7 @@ _TIERS = (
         2,
     ),
     Tier(
-        "full",
+        ValidationTier.FULL,
         "about an hour: the workloads at the studies' size, DCGM's long diagnostic",
         "full",
         ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
@@ -200,18 +246,19 @@ _TIERS = (
         comparison_rows=True,
     ),
 )
-TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
-TIERS: tuple[str, ...] = tuple(TIER_TABLE)
-DEFAULT_TIER = "quick"
-RUN_REPORT_TIER = "run"  # a report that `gpulab run` / `gpulab sweep` / `gpulab study` started (no validation tier)
-PUBLISHED_TIER = "published"  # a study's published figures, transcribed with their provenance (studies/baselines/)
-REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER, PUBLISHED_TIER)
+TIER_TABLE: dict[ValidationTier, Tier] = {t.name: t for t in _TIERS}
+TIERS: tuple[str, ...] = tuple(t.value for t in ValidationTier)
+DEFAULT_TIER = ValidationTier.QUICK
+RUN_REPORT_TIER = ReportOrigin.RUN  # a report that `gpulab run` / `gpulab sweep` / `gpulab study` started
+PUBLISHED_TIER = ReportOrigin.PUBLISHED  # a study's published figures, transcribed with their provenance
+ORIGIN_TIERS: tuple[str, ...] = tuple(o.value for o in ReportOrigin)
+REPORT_TIERS: tuple[str, ...] = (*TIERS, *ORIGIN_TIERS)
+ReportTier: TypeAlias = ValidationTier | ReportOrigin  # what a report's tier holds
 
 
-def tier(name: str) -> Tier:
-    if name not in TIER_TABLE:
-        raise UnknownValue("tier", name, TIERS)
-    return TIER_TABLE[name]
+def tier(name: object) -> Tier:
+    """The meaning of the validation tier `name` names (ValidationTier.parse, then its Tier)."""
+    return ValidationTier.parse(name).meaning
 
 
 # -- communication backends ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from gpulab.records import Result, Spread
 from gpulab.report.spread import of_windows
 from gpulab.workloads.torch_precision import dtype_for, tf32_mode
 
-QUICK = names.tier("quick").probe  # the default; each tier's size is in gpulab.names
+QUICK = names.ValidationTier.QUICK.meaning.probe  # the default; each tier's size is in gpulab.names
 CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=2, copy_mib=256, copy_iters=2, repeats=5)
 
 

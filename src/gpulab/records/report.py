@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulab import __version__
-from gpulab.names import COMM_BACKENDS, DEFAULT_TIER, CommBackend, Precision, ReportPrecision
+from gpulab.names import (
+    COMM_BACKENDS,
+    DEFAULT_TIER,
+    CommBackend,
+    Precision,
+    ReportPrecision,
+    ReportTier,
+    ValidationTier,
+)
 
 SCHEMA_ID = "gpulab.report/4"
 # Versions this gpulab reads: /1 is /2 without `host_load`; /2 is /3 without spreads (a timed figure's windows and
@@ -131,7 +139,7 @@ class Scaling:
 @dataclass
 class Report:
     fingerprint: dict[str, Any]  # gpulab.records.Fingerprint.to_dict()
-    tier: str = DEFAULT_TIER
+    tier: ReportTier = DEFAULT_TIER
     checks: list[Check] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     speedups: list[Speedup] = field(default_factory=list)
@@ -159,7 +167,7 @@ class Report:
         older = d.get("schema", SCHEMA_ID) != SCHEMA_ID
         return cls(
             fingerprint=d["fingerprint"],
-            tier=d.get("tier", DEFAULT_TIER),
+            tier=ValidationTier.parse_reported(d.get("tier", DEFAULT_TIER)),
             checks=[Check(**c) for c in d.get("checks", [])],
             results=[result_from_dict(_backend_from_params(r) if older else r) for r in d.get("results", [])],
             speedups=[speedup_from_dict(s) for s in d.get("speedups", [])],

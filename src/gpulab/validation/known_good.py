@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.names import Precision, ReportPrecision
+from gpulab.names import Precision, ReportPrecision, ValidationTier
 from gpulab.records import Check, Report, Result, Threshold
 from gpulab.report import spread
 
@@ -335,7 +335,7 @@ def as_report(model: str) -> Report:
     ]
     return Report(
         fingerprint={"hostname": f"known-good {model}", "gpus": [{"name": model}]},
-        tier="standard",
+        tier=ValidationTier.STANDARD,
         results=results,
         command=f"known-good rows of {model}",
     )
