@@ -7,7 +7,10 @@ meaning from here, so a precision or a tier means the same thing wherever it is 
     from gpulab import names
 
     mode = names.Precision.parse("bf16")  # Precision.BF16: .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
-    tier = names.tier("standard")         # .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
+    tier = names.ValidationTier.STANDARD  # .meaning: .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
+
+Precisions, tiers, DDP's backends and driver branches are value types: the records hold them, and their one parser
+reads a text at the edges only (the command line, a study file, a worker's message, a report being loaded).
 
 This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
 """
