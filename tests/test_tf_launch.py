@@ -16,6 +16,7 @@ from gpulab.workloads import data
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install 'gpulab[tf]' to test its backend")
 
+from gpulab.launch.spec import Launch
 from gpulab.launch.sweep import run_sweep
 from gpulab.launch.tf_launch import run_mirrored, run_tf_cpu
 
@@ -72,7 +73,7 @@ def test_mirrored_global_batch_and_refusals() -> None:
 
 
 def test_sweep_two_processes(tmp_path: Path) -> None:
-    r = run_sweep(tiny("mnist"), 2, tmp_path / "sweep", framework="tensorflow")
+    r = run_sweep(Launch(tiny("mnist"), "tensorflow", "sweep", gpus=2, sweep_dir=tmp_path / "sweep"))
     assert (r.framework, r.launcher, r.n) == ("tensorflow", "sweep", 2)
     assert r.devices == ["cpu", "cpu"] and len(r.params["runs"]) == 2
     assert all(run["samples_per_s"] > 0 for run in r.params["runs"])
