@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from gpulab.names import NO_PRECISION, Precision
 from gpulab.records import (
     Check,
     CpuInfo,
@@ -180,7 +181,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
                 framework="torch",
                 launcher="gpu",
                 n=1,
-                precision="bf16",
+                precision=Precision.BF16,
                 value=785.0 - i,
                 unit="TFLOP/s",
                 device=f"cuda:{i}",
@@ -198,7 +199,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
                 framework="torch",
                 launcher="gpu",
                 n=1,
-                precision="none",
+                precision=NO_PRECISION,
                 value=53.1,
                 unit="GB/s",
                 device=f"cuda:{i}",
@@ -212,7 +213,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
             framework="torch",
             launcher="cpu",
             n=64,
-            precision="fp32",
+            precision=Precision.FP32,
             value=95.0,
             unit="samples/s",
             batch=64,
@@ -235,7 +236,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
                 framework="torch",
                 launcher="ddp" if n > 1 else "gpu",
                 n=n,
-                precision="bf16",
+                precision=Precision.BF16,
                 value=base * n * (0.95 if n > 1 else 1.0),
                 unit="samples/s",
                 devices=[f"cuda:{i}" for i in range(n)],
@@ -246,11 +247,13 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
         )
     report.results = results
     report.speedups = [
-        Speedup(workload="resnet50", framework="torch", precision="fp32", from_="cpu:64", to="gpu:1", ratio=32.6),
+        Speedup(
+            workload="resnet50", framework="torch", precision=Precision.FP32, from_="cpu:64", to="gpu:1", ratio=32.6
+        ),
         Speedup(
             workload="resnet50",
             framework="torch",
-            precision="bf16",
+            precision=Precision.BF16,
             from_="gpu:1",
             to=f"gpu:{n_gpus}",
             ratio=3.8,
@@ -261,7 +264,7 @@ def sample_report(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Report:
             workload="resnet50",
             framework="torch",
             launcher="ddp",
-            precision="bf16",
+            precision=Precision.BF16,
             n=n,
             throughput=base * n * eff,
             speedup=n * eff,

@@ -11,6 +11,7 @@ import pytest
 
 from gpulab.cli import report_baselines
 from gpulab.errors import GpulabError
+from gpulab.names import Precision
 from gpulab.records import Result
 from gpulab.report import commands
 from gpulab.report.compare import compare, parse_threshold
@@ -76,7 +77,7 @@ def test_rows_only_in_some_reports_are_listed_not_regressions():
     a = sample_report()
     b = copy.deepcopy(a)
     dropped = b.results.pop(0)
-    b.results.append(dataclasses.replace(dropped, workload="matmul", precision="fp16"))
+    b.results.append(dataclasses.replace(dropped, workload="matmul", precision=Precision.FP16))
     c = compare([("A", a), ("B", b)])
     status = {row.key: row.status for row in c.rows}
     assert status[dropped.key()] == "only in A"

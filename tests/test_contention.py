@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.names import ValidationTier
 from gpulab.records import Report
 from gpulab.report import contention
 from gpulab.report.contention import calibrate, contended, figures, pressure_pct, read_pressure, report_contention
@@ -120,7 +121,7 @@ def test_a_run_entry_records_pressure_and_loads_back(tmp_path):
 def test_the_lab_says_whether_the_host_is_contended_so_far(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_PROC", str(quiet_proc(tmp_path / "proc")))  # whatever else this machine runs now
     fp = full_fingerprint(n_gpus=2)
-    lab = Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus, calibrate_cpu=False)
+    lab = Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus, calibrate_cpu=False)
     psi = tmp_path / "proc" / "pressure" / "cpu"
     assert lab.host_contention() is None
     _psi(psi, 5_000 + 10_000_000)  # every task waited: 10 s of pressure

@@ -19,6 +19,7 @@ import pytest
 
 from gpulab.checks import dcgm
 from gpulab.errors import GpulabError
+from gpulab.names import ValidationTier
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "dcgm"
@@ -149,7 +150,9 @@ def test_an_unknown_status_word_is_not_a_pass():
 # --- the level --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tier, level", [("quick", 1), ("standard", 2), ("full", 3)])
+@pytest.mark.parametrize(
+    "tier, level", [(ValidationTier.QUICK, 1), (ValidationTier.STANDARD, 2), (ValidationTier.FULL, 3)]
+)
 def test_the_level_follows_the_tier(tier, level):
     assert dcgm.level_for(tier) == level
     assert dcgm.level_for(tier, 4) == 4
@@ -158,7 +161,7 @@ def test_the_level_follows_the_tier(tier, level):
 
 def test_a_bad_level_is_refused_with_the_valid_ones():
     with pytest.raises(GpulabError, match=r"--dcgm-diag-level 5: use 1 \(seconds\), 2 .* or 0 to skip"):
-        dcgm.level_for("quick", 5)
+        dcgm.level_for(ValidationTier.QUICK, 5)
 
 
 def test_level_zero_disables_the_check():

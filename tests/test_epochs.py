@@ -11,7 +11,7 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.errors import GpulabError, UnknownValue
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, Precision
 from gpulab.records import RunConfig
 from gpulab.report.io import load_report
 from gpulab.training import EpochSpec, train_epochs
@@ -309,7 +309,7 @@ def test_mnist_idx_uses_its_test_split_or_holds_out(tmp_path):
 
 
 def test_bf16_autocast_trains():
-    record = train_epochs(RunConfig("mnist", precision="bf16", data=DIGITS, batch=128), "cpu", EpochSpec(1))
+    record = train_epochs(RunConfig("mnist", precision=Precision.BF16, data=DIGITS, batch=128), "cpu", EpochSpec(1))
     assert (record["precision"], record["autocast"], record["loss_scaling"]) == ("bf16", "bf16", False)
     assert record["final_metric"] >= 0.5
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.names import Precision
 from gpulab.report import spread
 from gpulab.report.io import load_report
 from gpulab.validation import known_good
@@ -138,7 +139,7 @@ def test_no_known_good_row_says_so():
     report = load_report(H200)
     check = known_good.judge("Tesla P100-PCIE-16GB", _row(report, "mnist"))
     assert check.status == "skip" and "Tesla P100-PCIE-16GB has no known-good rows" in check.message
-    other = dataclasses.replace(_row(report, "mnist"), precision="fp16")
+    other = dataclasses.replace(_row(report, "mnist"), precision=Precision.FP16)
     assert "no known-good row for this configuration" in known_good.judge("NVIDIA H200", other).message
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.errors import GpulabError, UnknownValue
-from gpulab.launch import plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
-from gpulab.launch.planning import check_config, resolve_builder
+from gpulab.launch import Launch, plan_batch, run_cpu, run_dataparallel, run_ddp, run_gpu, run_sweep
+from gpulab.launch.planning import check_config, config_from_dict, config_to_dict, resolve_builder
 from gpulab.names import CommBackend
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import jsonable, report_json, schema_errors, write_report
@@ -99,7 +99,17 @@ def test_sweep_of_two_cpu_processes_writes_a_psweep_database(child_path, tmp_pat
     if torch.cuda.is_available():
         pytest.skip("the GPU sweep runs in validate/")
     cfg = RunConfig("stub", batch=8, steps=20, warmup=1, size="tiny")
-    r = run_sweep(cfg, 2, tmp_path / "sweep", batch_policy="global", builder=BUILDER, timeout_s=240)
+    r = run_sweep(
+        Launch(
+            cfg,
+            launcher="sweep",
+            gpus=2,
+            sweep_dir=tmp_path / "sweep",
+            batch_policy="global",
+            builder=BUILDER,
+            timeout_s=240,
+        )
+    )
     db = psweep.df_read(str(tmp_path / "sweep" / "database.pk"))
     assert len(db) == 2
     for column in ("_run_id", "_pset_id", "_exec_host", "_pset_runtime", "failure"):
@@ -128,8 +138,17 @@ def test_sweep_runs_in_turn_when_there_are_more_runs_than_devices(child_path, tm
     if torch.cuda.is_available():
         pytest.skip("the GPU sweep runs in validate/")
     with pytest.raises(GpulabError, match="does not share evenly"):
-        run_sweep(RunConfig("stub"), 2, tmp_path, runs=3, builder=BUILDER)
-    r = run_sweep(RunConfig("stub", steps=20, warmup=1, size="tiny"), 1, tmp_path / "sw", runs=2, builder=BUILDER)
+        run_sweep(Launch(RunConfig("stub"), launcher="sweep", gpus=2, sweep_dir=tmp_path, runs=3, builder=BUILDER))
+    r = run_sweep(
+        Launch(
+            RunConfig("stub", steps=20, warmup=1, size="tiny"),
+            launcher="sweep",
+            gpus=1,
+            sweep_dir=tmp_path / "sw",
+            runs=2,
+            builder=BUILDER,
+        )
+    )
     db = psweep.df_read(str(tmp_path / "sw" / "database.pk")).sort_values("started")
     assert len(db) == 2 and list(db["slot"]) == [0, 0]
     assert db["started"].iloc[1] >= db["ended"].iloc[0]  # one after another on the one device
@@ -179,13 +198,12 @@ def test_batch_plan_refuses_an_unknown_policy():
 
 
 def test_config_is_checked_before_anything_starts(tmp_path):
-    for cfg, what, value in (
-        (RunConfig("stub", precision="fp8"), "precision", "fp8"),
-        (RunConfig("stub", size="huge"), "size", "huge"),
-    ):
-        with pytest.raises(UnknownValue) as err:
-            check_config(cfg, BUILDER)
-        assert (err.value.what, err.value.value) == (what, value)
+    with pytest.raises(UnknownValue) as err:  # a config's JSON form is read at its edge
+        config_from_dict({**config_to_dict(RunConfig("stub")), "precision": "fp8"})
+    assert (err.value.what, err.value.value) == ("precision", "fp8")
+    with pytest.raises(UnknownValue) as err:
+        check_config(RunConfig("stub", size="huge"), BUILDER)
+    assert (err.value.what, err.value.value) == ("size", "huge")
     with pytest.raises(GpulabError, match="--data"):
         check_config(RunConfig("stub", data=tmp_path / "missing"), BUILDER)
     with pytest.raises(GpulabError, match="MODULE:FUNCTION"):

@@ -18,7 +18,7 @@ import pytest
 from gpulab.errors import UnknownValue
 from gpulab.launch import backends
 from gpulab.launch.spec import Launch, WorkerMessage
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, Precision
 from gpulab.records import RunConfig
 
 HERE = Path(__file__).parent
@@ -145,12 +145,12 @@ def test_no_import_circle_in_the_launch_layer():
 def test_worker_message_round_trip(tmp_path):
     from gpulab.launch.planning import plan_batch
 
-    cfg = RunConfig("mnist", precision="bf16", batch=16, params={"learning_rate": 0.1})
+    cfg = RunConfig("mnist", precision=Precision.BF16, batch=16, params={"learning_rate": 0.1})
     message = WorkerMessage(cfg, plan_batch(cfg, 2, scale_lr=True), "ddp", comm_backend=CommBackend.GLOO, threads=2)
     again = WorkerMessage.read(message.write(tmp_path / "m.json"))
     assert again == message and again.plan.lr == pytest.approx(0.2) and again.comm_backend is CommBackend.GLOO
 
 
 def test_launch_describes_itself():
-    launch = Launch(RunConfig("resnet50", precision="bf16"), launcher="ddp", gpus=4)
+    launch = Launch(RunConfig("resnet50", precision=Precision.BF16), launcher="ddp", gpus=4)
     assert launch.describe() == "resnet50 (torch ddp, bf16, size standard)"

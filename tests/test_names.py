@@ -19,7 +19,7 @@ def _schema() -> dict:
 
 
 def test_precision_decoder_means_one_thing():
-    fp32, tf32, bf16, fp16 = (names.precision(p) for p in ("fp32", "tf32", "bf16", "fp16"))
+    fp32, tf32, bf16, fp16 = (names.Precision.parse(p) for p in ("fp32", "tf32", "bf16", "fp16"))
     assert (fp32.tf32, fp32.autocast, fp32.dtype) == (False, None, "float32")
     assert (tf32.tf32, tf32.autocast, tf32.dtype) == (True, None, "float32")
     assert (bf16.tf32, bf16.autocast, bf16.dtype) == (True, "bfloat16", "bfloat16")
@@ -29,16 +29,16 @@ def test_precision_decoder_means_one_thing():
 
 def test_precision_spec_fields_exist_on_the_gpu_spec():
     fields = {f.name for f in dataclasses.fields(GpuSpec)}
-    assert {names.precision(p).spec_field for p in names.PRECISIONS} <= fields
+    assert {p.spec_field for p in names.Precision} <= fields
 
 
 def test_precision_dtypes_are_torch_dtypes():
     torch = pytest.importorskip("torch")
     from gpulab.workloads.torch_precision import dtype_for
 
-    for p in names.PRECISIONS:
+    for p in names.Precision:
         assert isinstance(dtype_for(p), torch.dtype)
-    assert dtype_for("bf16") is torch.bfloat16
+    assert dtype_for(names.Precision.BF16) is torch.bfloat16
 
 
 @pytest.mark.parametrize(

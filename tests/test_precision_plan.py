@@ -9,6 +9,7 @@ import pytest
 from gpulab import compat, names
 from gpulab.errors import GpulabError, UnknownValue
 from gpulab.hw.discover import fingerprint
+from gpulab.names import Precision, ValidationTier
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, scaling_plans, speedup_config
 from gpulab.validation.session import Lab, Options
 from gpulab.workloads import precision_plan
@@ -54,7 +55,7 @@ def test_the_plan_a_practitioner_would_choose(name, classifier, style):
 
 def test_the_captured_p100_host_plans_fp16_with_loss_scaling():
     fp = fingerprint(smi_xml=FIXTURES / "p100x2-driver375" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    lab = Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus)
+    lab = Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus)
     plan = lab.precision_plan
     assert plan is not None and plan.architecture == "Pascal" and not plan.forced
     cfg = speedup_config("resnet50", "standard", plan=plan)
@@ -70,7 +71,7 @@ def test_the_captured_p100_host_plans_fp16_with_loss_scaling():
 
 def test_a_plan_forced_to_an_architecture():
     fp = fingerprint(smi_xml=FIXTURES / "h200x4-firecracker" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    lab = Lab(options=Options(tier="standard", precision_plan="volta"), fingerprint=fp, gpus=fp.gpus[:1])
+    lab = Lab(options=Options(tier=ValidationTier.STANDARD, precision_plan="volta"), fingerprint=fp, gpus=fp.gpus[:1])
     plan = lab.precision_plan
     assert plan.forced and plan.architecture == "Volta"
     assert speedup_config("resnet50", "standard", plan=plan).precision == "fp16"
@@ -88,7 +89,7 @@ def test_a_plan_forced_to_an_architecture():
 def test_a_gpu_known_only_by_its_compute_capability():
     old = precision_plan.for_gpu(None, "7.5", "Turing")
     assert old.training("resnet50").precision == "fp16" and "tensor cores" in old.training("resnet50").reason
-    assert not old.has("bf16") and not old.has("tf32") and old.has("fp16")
+    assert not old.has(Precision.BF16) and not old.has(Precision.TF32) and old.has(Precision.FP16)
     assert precision_plan.for_gpu(None, "9.0", None).training("mnist").precision == "bf16"
     assert precision_plan.for_gpu(None, None, None) is None
 
@@ -98,7 +99,7 @@ def test_fp16_training_with_loss_scaling_converges_on_the_cpu():
     from gpulab.launch import run_cpu
     from gpulab.records import RunConfig
 
-    result = run_cpu(RunConfig("mnist", precision="fp16", size="tiny", steps=30, warmup=2), threads=1)
+    result = run_cpu(RunConfig("mnist", precision=Precision.FP16, size="tiny", steps=30, warmup=2), threads=1)
     params = result.params
     assert (params["autocast"], params["loss_scaling"], params["tf32"]) == ("fp16", True, False)
     assert params["loss_finite"] and params["loss_falling"], (params["first_loss"], params["final_loss"])
@@ -110,4 +111,4 @@ def test_tensorflow_refuses_fp16():
 
     assert TF_PRECISIONS == ("fp32", "tf32", "bf16")
     with pytest.raises(GpulabError, match="TensorFlow rows train fp32, tf32, bf16; fp16 runs with --framework torch"):
-        tf_precision(RunConfig("mnist", precision="fp16").precision)
+        tf_precision(RunConfig("mnist", precision=Precision.FP16).precision)

@@ -8,6 +8,7 @@ import pytest
 
 from gpulab import compat
 from gpulab.hw.discover import fingerprint
+from gpulab.names import Precision
 from gpulab.probes import judge, torch_probes
 from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
 from gpulab.records import Result
@@ -17,7 +18,7 @@ FIX = Path(__file__).parent / "fixtures" / "h200x4-firecracker"
 
 
 def test_cpu_matmul_is_well_formed():
-    r = torch_probes.matmul("cpu", "fp32", torch_probes.CPU_SMALL)
+    r = torch_probes.matmul("cpu", Precision.FP32, torch_probes.CPU_SMALL)
     assert r.unit == "TFLOP/s" and math.isfinite(r.value) and r.value > 0
     assert r.launcher == "cpu" and r.n == torch.get_num_threads() and r.params["n"] == 1024
 
@@ -59,7 +60,7 @@ def _result(workload, precision, value, unit, device="cuda:0"):
         framework="torch",
         launcher="gpu",
         n=1,
-        precision=precision,
+        precision=Precision.parse_reported(precision),  # the table's text, read as a report row's is
         value=value,
         unit=unit,
         device=device,
@@ -100,7 +101,7 @@ def test_allreduce_judged_against_nvlink_when_linked(h200):
         framework="torch",
         launcher="nccl",
         n=4,
-        precision="fp32",
+        precision=Precision.FP32,
         value=338,
         unit="GB/s",
     )

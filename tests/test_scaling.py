@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from gpulab.names import Precision
 from gpulab.records import Result
 from gpulab.report.scaling import scaling, speedups
 
 
-def row(launcher, n, value, workload="resnet50", precision="bf16", devices=None, unit="samples/s", framework="torch"):
+def row(
+    launcher, n, value, workload="resnet50", precision=Precision.BF16, devices=None, unit="samples/s", framework="torch"
+):
     if devices is None:
         devices = ["cpu"] if launcher == "cpu" else [f"cuda:{k}" for k in range(n)]
     return Result(workload, framework, launcher, n, precision, value, unit, devices=devices)
@@ -31,8 +34,14 @@ def test_speedups_cpu_one_thread_all_threads_and_one_gpu():
 
 
 def test_speedups_need_both_ends_and_a_gpu_row_meets_cpu_rows_of_its_precision_else_fp32():
-    assert speedups([row("cpu", 1, 10.0, precision="tf32"), row("gpu", 1, 100.0, precision="bf16")]) == []
-    mixed = [row("cpu", 1, 10.0, precision="fp32"), row("cpu", 8, 40.0, precision="fp32"), row("gpu", 1, 800.0)]
+    assert (
+        speedups([row("cpu", 1, 10.0, precision=Precision.TF32), row("gpu", 1, 100.0, precision=Precision.BF16)]) == []
+    )
+    mixed = [
+        row("cpu", 1, 10.0, precision=Precision.FP32),
+        row("cpu", 8, 40.0, precision=Precision.FP32),
+        row("gpu", 1, 800.0),
+    ]
     assert by_pair(speedups(mixed)) == {
         ("cpu:1 fp32", "gpu:1"): 80.0,
         ("cpu:8 fp32", "gpu:1"): 20.0,
@@ -105,8 +114,8 @@ def test_groups_stay_apart():
     results = [
         row("gpu", 1, 100.0),
         row("ddp", 2, 190.0),
-        row("gpu", 1, 50.0, precision="fp32"),
-        row("ddp", 2, 100.0, precision="fp32"),
+        row("gpu", 1, 50.0, precision=Precision.FP32),
+        row("ddp", 2, 100.0, precision=Precision.FP32),
         row("gpu", 1, 10.0, workload="mnist"),
         row("ddp", 2, 20.0, workload="mnist", framework="tensorflow"),  # no tensorflow gpu row
     ]

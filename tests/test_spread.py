@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, ValidationTier
 from gpulab.records import Check, GpuTelemetry, Result, RunConfig, TelemetrySummary, Threshold
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
@@ -101,7 +101,7 @@ def lab() -> Lab:
     from gpulab.hw.discover import fingerprint
 
     fp = fingerprint(smi_xml=TESTS / "fixtures" / "h200x4-firecracker" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    return Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus[:2])
+    return Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus[:2])
 
 
 def test_efficiency_above_a_hundred_percent_beyond_its_noise_is_a_measurement_fault(lab):

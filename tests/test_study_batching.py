@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gpulab.errors import GpulabError
+from gpulab.names import Precision
 from gpulab.studies import arithmetic, batching
 from gpulab.studies.spec import study_from_dict
 from gpulab.workloads.style_transfer import BATCH_SHARED
@@ -107,7 +108,7 @@ def _configs(channels_last: bool):
     return [
         RunConfig(
             workload="style_transfer",
-            precision="fp32",
+            precision=Precision.FP32,
             size="tiny",
             seed=k,
             channels_last=channels_last,
@@ -147,7 +148,9 @@ def test_runs_that_differ_in_the_work_are_refused_as_one_batch():
     from gpulab.workloads.style_transfer.batch import BatchedStyleSession
 
     cfgs = [
-        RunConfig(workload="style_transfer", precision="fp32", size="tiny", seed=0, steps=2, params={"width": w})
+        RunConfig(
+            workload="style_transfer", precision=Precision.FP32, size="tiny", seed=0, steps=2, params={"width": w}
+        )
         for w in (32, 48)
     ]
     with pytest.raises(GpulabError, match=r"runs of one batch differ in width .*only content_weight"):
@@ -213,7 +216,7 @@ def test_a_failed_batch_runs_its_runs_alone(tmp_path, monkeypatch):
 
 
 def _run(**values):
-    fields = {"status": "ok", "device": "gpu0 GPU-1", "gpu_name": "NVIDIA H200", "precision": "tf32",
+    fields = {"status": "ok", "device": "gpu0 GPU-1", "gpu_name": "NVIDIA H200", "precision": Precision.TF32,
               "flops_per_iteration": 430.7e9, "steps_run": 1000, "timed_s": 2.1, "batch_runs": 32}  # fmt: skip
     return SimpleNamespace(**{**fields, **values})
 

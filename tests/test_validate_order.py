@@ -18,6 +18,7 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw.discover import fingerprint
+from gpulab.names import Precision, ValidationTier
 from gpulab.records import Report, Result, RunConfig
 from gpulab.report.io import load_report
 from gpulab.validation.baselines import OneGpuBaselines
@@ -149,7 +150,7 @@ def test_every_one_gpu_row_is_measured_once_in_either_order(tmp_path, order):
 
 def lab() -> Lab:
     fp = fingerprint(smi_xml=FIX / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    return Lab(options=Options(tier="standard"), fingerprint=fp, gpus=fp.gpus[:2])
+    return Lab(options=Options(tier=ValidationTier.STANDARD), fingerprint=fp, gpus=fp.gpus[:2])
 
 
 def test_baselines_are_kept_per_framework_and_config_and_failures_are_not_kept():
@@ -168,7 +169,9 @@ def test_baselines_are_kept_per_framework_and_config_and_failures_are_not_kept()
         baselines(speedup_config("mnist", "standard"))
     assert the_lab.report.results == [] and measured == []
     first = baselines(speedup_config("mnist", "standard"))
-    assert baselines(RunConfig("mnist", precision="bf16", size="standard")) is first  # the same config, built anew
+    assert (
+        baselines(RunConfig("mnist", precision=Precision.BF16, size="standard")) is first
+    )  # the same config, built anew
     baselines(speedup_config("mnist", "standard", "tensorflow"), "tensorflow")
     baselines(speedup_config("mnist", "full"))
     assert measured == [("torch", "mnist", "standard"), ("tensorflow", "mnist", "standard"), ("torch", "mnist", "full")]

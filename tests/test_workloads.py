@@ -15,6 +15,7 @@ import struct
 import pytest
 
 from gpulab.errors import GpulabError, UnknownValue
+from gpulab.names import Precision
 from gpulab.workloads import REGISTRY, RunConfig, build, default_sizes
 from gpulab.workloads import data as wdata
 from gpulab.workloads.cifar10 import data as cifar_data
@@ -363,7 +364,6 @@ def test_bad_config(cfg, message):
 @pytest.mark.parametrize(
     ("cfg", "what", "value", "choices"),
     [
-        (RunConfig("mnist", precision="fp8"), "precision", "fp8", ("fp32", "tf32", "bf16", "fp16")),
         (RunConfig("mnist", size="huge"), "size", "huge", ("tiny", "quick", "standard", "full")),
     ],
 )
@@ -620,7 +620,7 @@ def test_cifar10_crafted_batch_through_the_cli(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["style_transfer", "mnist", "chexnet"])
 def test_channels_last_and_bf16_on_cpu(name):
-    s = build(RunConfig(name, size="tiny", precision="bf16", channels_last=True), "cpu")
+    s = build(RunConfig(name, size="tiny", precision=Precision.BF16, channels_last=True), "cpu")
     assert s.info["autocast"] == "bf16" and s.info["channels_last"] and s.info["tf32"]
     assert all(math.isfinite(v) for v in run(s, 2))
     if s.model is not None:
@@ -634,12 +634,12 @@ def test_tf32_setting_lasts_the_session():
     if not hasattr(matmul, "fp32_precision"):
         pytest.skip("torch without fp32_precision")
     before = matmul.fp32_precision
-    s = build(RunConfig("mnist", size="tiny", precision="tf32"), "cpu")
+    s = build(RunConfig("mnist", size="tiny", precision=Precision.TF32), "cpu")
     assert matmul.fp32_precision == "tf32"
     run(s, 1)
     s.finish()
     assert matmul.fp32_precision == before
-    s = build(RunConfig("mnist", size="tiny", precision="fp32"), "cpu")
+    s = build(RunConfig("mnist", size="tiny", precision=Precision.FP32), "cpu")
     assert matmul.fp32_precision == "ieee"
     s.finish()
     assert matmul.fp32_precision == before
@@ -664,7 +664,7 @@ def test_wrap(wrapper):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", NAMES)
 def test_step_does_not_synchronise_on_cuda(name):
-    s = build(RunConfig(name, size="tiny", precision="tf32", channels_last=True), "cuda:0")
+    s = build(RunConfig(name, size="tiny", precision=Precision.TF32, channels_last=True), "cuda:0")
     run(s, 2)
     torch.cuda.set_sync_debug_mode("error")
     try:

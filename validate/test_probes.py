@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: install gpu
 
 @pytest.fixture(scope="module")
 def tier(lab):
-    return names.tier(lab.options.tier)
+    return lab.options.tier.meaning
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,11 @@ def test_cpu_matmul(lab, verdict, threads):
         torch.set_num_threads(1)
     try:
         verdict(
-            judged(lab, lambda k: torch_probes.matmul("cpu", "fp32", torch_probes.CPU_SMALL.again(k)), "fp32 matmul")
+            judged(
+                lab,
+                lambda k: torch_probes.matmul("cpu", names.Precision.FP32, torch_probes.CPU_SMALL.again(k)),
+                "fp32 matmul",
+            )
         )
     finally:
         torch.set_num_threads(before)
@@ -70,7 +74,7 @@ def lacks(lab, gpu, precision):
     """Why `gpu` has no `precision` to measure (its datasheet lists no rate, or its architecture predates it)."""
     spec = lab.spec(gpu)
     if spec is not None:
-        if getattr(spec, names.precision(precision).spec_field) is None:
+        if getattr(spec, precision.spec_field) is None:
             return f"{spec.name} ({spec.architecture}) has no {precision} rate"
         return None
     plan = precision_plan.for_gpu(None, gpu.compute_capability, gpu.architecture)
@@ -81,7 +85,7 @@ def lacks(lab, gpu, precision):
 
 @pytest.mark.gpu
 @pytest.mark.live
-@pytest.mark.parametrize("precision", names.PRECISIONS)
+@pytest.mark.parametrize("precision", list(names.Precision), ids=str)
 def test_matmul(lab, gpu, verdict, precision, matmul_row, size):
     device = f"cuda:{lab.gpus.index(gpu)}"
     missing = lacks(lab, gpu, precision)
@@ -117,7 +121,7 @@ def test_pinned_host_transfer(lab, gpu, verdict, direction, size):
 
 @pytest.mark.multi_gpu
 @pytest.mark.live
-@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("precision", [names.Precision.BF16, names.Precision.FP32], ids=str)
 def test_gpus_perform_alike(lab, verdict, precision, matmul_row):
     """One GPU slower than its identical siblings points at that GPU: cooling, power, a bad link."""
     measured = [matmul_row(gpu, precision) for gpu in lab.gpus if not lacks(lab, gpu, precision)]

@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import pytest
 
-from gpulab import names
 from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
 from gpulab.launch.measuring import WINDOWS
 from gpulab.records import Check, RunConfig
@@ -101,7 +100,7 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
 
         verdict(remeasure.settle(judge, again))
         return
-    if not names.tier(lab.options.tier).comparison_rows:
+    if not lab.options.tier.meaning.comparison_rows:
         why = "measured for comparison only, at the full tier (it took 30-40 s of the standard tier)"
         verdict(Check(name, "skip", why))
     base = one_gpu_baseline(cfg)  # the speedup test's one-GPU row when it ran first, else measured now

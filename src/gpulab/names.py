@@ -6,8 +6,11 @@ meaning from here, so a precision or a tier means the same thing wherever it is 
 
     from gpulab import names
 
-    mode = names.precision("bf16")        # .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
-    tier = names.tier("standard")         # .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
+    mode = names.Precision.parse("bf16")  # Precision.BF16: .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
+    tier = names.ValidationTier.STANDARD  # .meaning: .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
+
+Precisions, tiers, DDP's backends and driver branches are value types: the records hold them, and their one parser
+reads a text at the edges only (the command line, a study file, a worker's message, a report being loaded).
 
 This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
 """
@@ -18,16 +21,16 @@ import dataclasses
 import enum
 import re
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from gpulab.errors import GpulabError, UnknownValue
 
 
 # -- precision -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Precision:
-    """What a precision name means for the numbers a run computes."""
+class _Arithmetic:
+    """What a precision means for the numbers a run computes (Precision's properties read it)."""
 
-    name: str
     dtype: str  # the tensors' element type (torch.<dtype>, tf.<dtype>)
     tf32: bool  # fp32 matmuls and convolutions on TF32 tensor cores
     autocast: str | None  # the reduced type training runs under (torch autocast, Keras' mixed policy); None: fp32
@@ -37,26 +40,103 @@ class Precision:
     summary: str
 
 
-_PRECISIONS = (
-    Precision("fp32", "float32", False, None, "fp32_tflops", False, 0.0, "IEEE fp32 (TF32 off)"),
-    Precision("tf32", "float32", True, None, "tf32_tflops", False, 8.0, "fp32 with TF32 tensor cores"),
-    Precision("bf16", "bfloat16", True, "bfloat16", "bf16_tflops", False, 8.0, "bf16 autocast (fp32 master weights)"),
+class Precision(str, enum.Enum):
+    """The arithmetic a run computes in, with its meaning as properties (`.dtype`, `.tf32`, `.autocast`,
+    `.spec_field`, `.loss_scaling`, `.min_compute_capability`, `.summary`). A str, so that JSON, dict keys and
+    `== "bf16"` see its value; parsed here only: `Precision.parse` at the edges (the command line, study files, a
+    worker's config, a report row), and every layer below takes the member."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def _meaning(self) -> _Arithmetic:
+        return _ARITHMETIC[self]
+
+    @property
+    def dtype(self) -> str:
+        return self._meaning.dtype
+
+    @property
+    def tf32(self) -> bool:
+        return self._meaning.tf32
+
+    @property
+    def autocast(self) -> str | None:
+        return self._meaning.autocast
+
+    @property
+    def spec_field(self) -> str:
+        return self._meaning.spec_field
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self._meaning.loss_scaling
+
+    @property
+    def min_compute_capability(self) -> float:
+        return self._meaning.min_compute_capability
+
+    @property
+    def summary(self) -> str:
+        return self._meaning.summary
+
+    @classmethod
+    def parse(cls, value: object, *, training: bool = False, who: str = "") -> Precision:
+        """The Precision `value` names (exactly its value; `training`: one the workloads train at), or
+        errors.UnknownValue with the choices. `who` prefixes the message."""
+        if isinstance(value, Precision):
+            return value
+        allowed = TRAINING_PRECISIONS if training else PRECISIONS
+        if isinstance(value, str) and value in allowed:
+            return cls(value)
+        raise UnknownValue("precision", value, allowed, who=who)
+
+    @classmethod
+    def parse_reported(cls, value: object, what: str = "precision") -> ReportPrecision:
+        """A report row's precision: a Precision, or NO_PRECISION for a row that is not arithmetic."""
+        if isinstance(value, Precision | NoPrecision):
+            return value
+        if value == NO_PRECISION.value:
+            return NO_PRECISION
+        if isinstance(value, str) and value in PRECISIONS:
+            return cls(value)
+        raise UnknownValue(what, value, REPORT_PRECISIONS)
+
+
+class NoPrecision(str, enum.Enum):
+    """A report row's precision when the row is not arithmetic (memory copies, host transfers): "none". Apart from
+    Precision, so that a Precision always has a meaning (a dtype, a datasheet rate) and a row's is asked for with
+    `isinstance(row.precision, Precision)`."""
+
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ARITHMETIC: dict[Precision, _Arithmetic] = {
+    Precision.FP32: _Arithmetic("float32", False, None, "fp32_tflops", False, 0.0, "IEEE fp32 (TF32 off)"),
+    Precision.TF32: _Arithmetic("float32", True, None, "tf32_tflops", False, 8.0, "fp32 with TF32 tensor cores"),
+    Precision.BF16: _Arithmetic(
+        "bfloat16", True, "bfloat16", "bf16_tflops", False, 8.0, "bf16 autocast (fp32 master weights)"
+    ),
     # fp16 keeps fp32 matmuls IEEE (no TF32 before Ampere, where it would run); fp16 range needs loss scaling
-    Precision("fp16", "float16", False, "float16", "fp16_tflops", True, 5.3, "fp16 autocast with loss scaling"),
-)
-PRECISION_TABLE: dict[str, Precision] = {p.name: p for p in _PRECISIONS}
-PRECISIONS: tuple[str, ...] = tuple(PRECISION_TABLE)
+    Precision.FP16: _Arithmetic(
+        "float16", False, "float16", "fp16_tflops", True, 5.3, "fp16 autocast with loss scaling"
+    ),
+}
+ReportPrecision: TypeAlias = Precision | NoPrecision  # what a report row's precision holds
+PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)
 TRAINING_PRECISIONS: tuple[str, ...] = PRECISIONS
-NO_PRECISION = "none"  # a result that is not arithmetic (memory copies, host transfers)
-REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION)
-
-
-def precision(name: str, *, training: bool = False, who: str = "") -> Precision:
-    """The Precision called `name` (`training`: one the workloads train at). `who` prefixes the message."""
-    allowed = TRAINING_PRECISIONS if training else PRECISIONS
-    if name not in allowed:
-        raise UnknownValue("precision", name, allowed, who=who)
-    return PRECISION_TABLE[name]
+NO_PRECISION = NoPrecision.NONE  # a result that is not arithmetic (memory copies, host transfers)
+REPORT_PRECISIONS: tuple[str, ...] = (*PRECISIONS, NO_PRECISION.value)
+precision = Precision.parse  # the parser under the vocabulary's module-level spelling: names.precision("bf16")
 
 
 # -- problem sizes and tiers ---------------------------------------------------------------------------------
@@ -86,11 +166,57 @@ class ProbeSize:
         return dataclasses.replace(self, repeats=self.repeats * factor)
 
 
+class ValidationTier(str, enum.Enum):
+    """A validation tier's name (`pytest validate/ --tier NAME`), its meaning `.meaning` (a Tier). A str, so that
+    JSON and `== "quick"` see its value; parsed here only: `ValidationTier.parse` at the edges (the suite's --tier
+    option), `parse_reported` for a report's tier, which may also be a ReportOrigin."""
+
+    QUICK = "quick"
+    STANDARD = "standard"
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def meaning(self) -> Tier:
+        return TIER_TABLE[self]
+
+    @classmethod
+    def parse(cls, value: object, what: str = "tier") -> ValidationTier:
+        """The tier `value` names (exactly its value), or errors.UnknownValue with the choices."""
+        if isinstance(value, ValidationTier):
+            return value
+        if isinstance(value, str) and value in TIERS:
+            return cls(value)
+        raise UnknownValue(what, value, TIERS)
+
+    @classmethod
+    def parse_reported(cls, value: object, what: str = "tier") -> ReportTier:
+        """A report's tier: a validation tier, or the ReportOrigin of a report no validation run wrote."""
+        if isinstance(value, ValidationTier | ReportOrigin):
+            return value
+        if isinstance(value, str) and value in REPORT_TIERS:
+            return ReportOrigin(value) if value in ORIGIN_TIERS else cls(value)
+        raise UnknownValue(what, value, REPORT_TIERS)
+
+
+class ReportOrigin(str, enum.Enum):
+    """A report's tier when no validation tier wrote it: `gpulab run` / `sweep` / `study` ("run"), or a study's
+    published figures transcribed with their provenance ("published", studies/baselines/)."""
+
+    RUN = "run"
+    PUBLISHED = "published"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Tier:
     """How deep a validation run goes (`pytest validate/ --tier NAME`)."""
 
-    name: str
+    name: ValidationTier
     summary: str
     workload_size: str | None  # the training workloads' size; None: this tier trains nothing
     probe: ProbeSize  # the GPU matmul and copy probes
@@ -102,9 +228,9 @@ class Tier:
 
 
 _TIERS = (
-    Tier("quick", "seconds: probes and health, no training", None, ProbeSize(), 128, "128M", 1),
+    Tier(ValidationTier.QUICK, "seconds: probes and health, no training", None, ProbeSize(), 128, "128M", 1),
     Tier(
-        "standard",
+        ValidationTier.STANDARD,
         "minutes: probes, speedups and scaling at the standard size",
         "standard",
         ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
@@ -113,7 +239,7 @@ _TIERS = (
         2,
     ),
     Tier(
-        "full",
+        ValidationTier.FULL,
         "about an hour: the workloads at the studies' size, DCGM's long diagnostic",
         "full",
         ProbeSize(matmul_iters=25, copy_mib=2048, copy_iters=10, repeats=8),
@@ -123,18 +249,19 @@ _TIERS = (
         comparison_rows=True,
     ),
 )
-TIER_TABLE: dict[str, Tier] = {t.name: t for t in _TIERS}
-TIERS: tuple[str, ...] = tuple(TIER_TABLE)
-DEFAULT_TIER = "quick"
-RUN_REPORT_TIER = "run"  # a report that `gpulab run` / `gpulab sweep` / `gpulab study` started (no validation tier)
-PUBLISHED_TIER = "published"  # a study's published figures, transcribed with their provenance (studies/baselines/)
-REPORT_TIERS: tuple[str, ...] = (*TIERS, RUN_REPORT_TIER, PUBLISHED_TIER)
+TIER_TABLE: dict[ValidationTier, Tier] = {t.name: t for t in _TIERS}
+TIERS: tuple[str, ...] = tuple(t.value for t in ValidationTier)
+DEFAULT_TIER = ValidationTier.QUICK
+RUN_REPORT_TIER = ReportOrigin.RUN  # a report that `gpulab run` / `gpulab sweep` / `gpulab study` started
+PUBLISHED_TIER = ReportOrigin.PUBLISHED  # a study's published figures, transcribed with their provenance
+ORIGIN_TIERS: tuple[str, ...] = tuple(o.value for o in ReportOrigin)
+REPORT_TIERS: tuple[str, ...] = (*TIERS, *ORIGIN_TIERS)
+ReportTier: TypeAlias = ValidationTier | ReportOrigin  # what a report's tier holds
 
 
-def tier(name: str) -> Tier:
-    if name not in TIER_TABLE:
-        raise UnknownValue("tier", name, TIERS)
-    return TIER_TABLE[name]
+def tier(name: object) -> Tier:
+    """The meaning of the validation tier `name` names (ValidationTier.parse, then its Tier)."""
+    return ValidationTier.parse(name).meaning
 
 
 # -- communication backends ----------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ LOOPS_CODE = r"""
 import json, sys, time, torch
 from gpulab.records import RunConfig
 from gpulab.launch.measuring import set_cuda_flags
+from gpulab.names import Precision
 from gpulab.workloads.style_transfer.batch import BatchedStyleSession
 batches, steps = [int(b) for b in sys.argv[1].split(",")], int(sys.argv[2])
 base = {"width": 512, "iterations": steps, "content_weight": 1, "style_weight": 10, "tv_weight": 100,
@@ -89,7 +90,7 @@ def timed(session, label, runs):
     print(label, out[label], flush=True)
 for loop in ("eager", "compile-graphs"):
     for batch in batches:
-        cfgs = [RunConfig(workload="style_transfer", precision="tf32", size="full", seed=k, channels_last=True,
+        cfgs = [RunConfig(workload="style_transfer", precision=Precision.TF32, size="full", seed=k, channels_last=True,
                           params={**base, "loop": loop, "learning_rate": 2.0 + k}) for k in range(batch)]
         s = BatchedStyleSession(cfgs, "cuda:0")
         timed(s, f"batch{batch}-{loop}", batch)

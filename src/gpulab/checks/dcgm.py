@@ -195,7 +195,7 @@ def parse(text: str) -> Diagnostic:
     return diag
 
 
-def level_for(tier: str, level: int | None = None) -> int:
+def level_for(tier: names.ValidationTier, level: int | None = None) -> int:
     """The diagnostic level: the one given (0 disables), else the tier's."""
     if level is not None:
         if level != 0 and level not in LEVELS:
@@ -205,7 +205,7 @@ def level_for(tier: str, level: int | None = None) -> int:
             )
         return level
     # quick runs the seconds-long deployment checks, standard the two-minute suite, full the long one
-    return names.tier(tier).dcgm_level
+    return tier.meaning.dcgm_level
 
 
 def _first_line(text: str) -> str:
@@ -284,7 +284,7 @@ def run_diag(level: int, dcgmi: str = "dcgmi", timeout: float | None = None) -> 
     if level == 0:
         return _skip(name, "DCGM diagnostic disabled (--dcgm-diag-level 0).")
     if level not in LEVELS:
-        level_for("quick", level)  # raises with the valid levels
+        level_for(names.ValidationTier.QUICK, level)  # raises with the valid levels
     exe = shutil.which(dcgmi)
     if exe is None:
         return _skip(

@@ -24,7 +24,7 @@ from gpulab.launch import backends, progress
 from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
-from gpulab.names import BATCH_POLICIES, COMM_BACKENDS, RUN_LAUNCHERS, SIZES, TRAINING_PRECISIONS, CommBackend
+from gpulab.names import BATCH_POLICIES, COMM_BACKENDS, RUN_LAUNCHERS, SIZES, CommBackend, Precision
 from gpulab.progress_line import ProgressLine
 from gpulab.records import Result, RunConfig
 from gpulab.report.append import append_results
@@ -347,6 +347,14 @@ def _comm_backend(text: str) -> CommBackend:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _precision(text: str) -> Precision:
+    """--precision: read by the vocabulary's one parser (argparse shows the message on a bad one)."""
+    try:
+        return Precision.parse(text, training=True)
+    except GpulabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -371,7 +379,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         "framework a package adds (entry points, group gpulab.backends)",
     )
     p.add_argument(
-        "--precision", choices=TRAINING_PRECISIONS, default="fp32", help="fp32 (TF32 off), tf32 or bf16 autocast"
+        "--precision",
+        type=_precision,
+        choices=tuple(Precision),
+        default=Precision.FP32,
+        help="fp32 (TF32 off), tf32 or bf16 autocast",
     )
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for image models")
     p.add_argument("--batch", type=_positive, help="batch per device (global with --batch-policy global)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
@@ -50,18 +52,4 @@ def start(launch: Launch) -> Result:
         return backend.run(launch)
     from gpulab.launch.sweep import run_sweep
 
-    if launch.sweep_dir is None:
-        raise GpulabError("a sweep needs --sweep-dir DIR for its psweep database")
-    return run_sweep(
-        launch.cfg,
-        launch.gpus,
-        launch.sweep_dir,
-        runs=launch.runs,
-        batch_policy=launch.batch_policy,
-        scale_lr=launch.scale_lr,
-        threads=launch.threads or 1,
-        builder=launch.builder,
-        timeout_s=launch.timeout_s,
-        telemetry=launch.telemetry,
-        framework=backend.name,
-    )
+    return run_sweep(dataclasses.replace(launch, framework=backend.name))

@@ -66,8 +66,7 @@ def check_config(cfg: RunConfig, builder: str | None = None) -> None:
 
 
 def check_run_fields(cfg: RunConfig) -> None:
-    """The fields every framework reads the same way: precision, size, batch, steps, warm-up, data."""
-    names.precision(cfg.precision, training=True)
+    """The fields every framework reads the same way: size, batch, steps, warm-up, data (the precision is typed)."""
     names.size(cfg.size)
     for name, value, least in (("batch", cfg.batch, 1), ("steps", cfg.steps, 1), ("warmup", cfg.warmup, 0)):
         if value is not None and value < least:
@@ -99,8 +98,11 @@ def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """The config from its JSON form (a worker's message): the edge its precision is read at."""
     d = dict(data)
     d["data"] = Path(d["data"]) if d.get("data") else None
+    if "precision" in d:
+        d["precision"] = names.Precision.parse(d["precision"], training=True, who="run config")
     return RunConfig(**d)
 
 

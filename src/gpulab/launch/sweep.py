@@ -39,13 +39,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.interrupts import child_env
 from gpulab.launch import backends
 from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.planning import plan_batch
-from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.launch.spec import Launch, TimedResult, WorkerMessage
 from gpulab.records import Result, RunConfig, Spread
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
@@ -224,33 +223,24 @@ def _psets(cfg: RunConfig, batch: int | None, runs: int, threads: int, config: s
     ]
 
 
-def run_sweep(
-    cfg: RunConfig,
-    gpus: int,
-    sweep_dir: Path,
-    *,
-    runs: int | None = None,
-    batch_policy: str = "per_device",
-    scale_lr: bool = False,
-    threads: int = 1,
-    builder: str | None = None,
-    timeout_s: float = 3600.0,
-    telemetry: bool = True,
-    framework: str = names.DEFAULT_FRAMEWORK,
-    first_gpu: int = 0,
-) -> Result:
-    """`runs` (default `gpus`, else a multiple of it) independent runs over cuda:`first_gpu`.. (`gpus` of them).
+def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
+    """`launch.runs` (default `launch.gpus`, else a multiple of it) independent runs of `launch.cfg` over
+    cuda:`first_gpu`.. (`launch.gpus` of them), recorded in the psweep database under `launch.sweep_dir`.
 
     Each GPU runs its share of the runs one after another; the first run on every GPU starts together. Each run
-    is the `framework` backend's sweep worker, pinned to its GPU the way that backend says.
+    is the `launch.framework` backend's sweep worker, pinned to its GPU the way that backend says.
     """
     import psweep
 
+    if launch.sweep_dir is None:
+        raise GpulabError("a sweep needs --sweep-dir DIR for its psweep database")
+    cfg, gpus, runs, builder, framework = launch.cfg, launch.gpus, launch.runs, launch.builder, launch.framework
+    threads, timeout_s = launch.threads or 1, launch.timeout_s
     backend = backends.get(framework)
     runs, on_gpu = _sweep_shape(backend, framework, cfg, builder, gpus, runs, threads, first_gpu)
-    plan = plan_batch(cfg, gpus, batch_policy, scale_lr)
+    plan = plan_batch(cfg, gpus, launch.batch_policy, launch.scale_lr)
     ordinals = list(range(first_gpu, first_gpu + gpus)) if on_gpu else []
-    sweep_dir = Path(sweep_dir).resolve()
+    sweep_dir = Path(launch.sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     before = _read_database(sweep_dir)
     slots = [(f"cuda:{k}", backend.pin(k)) for k in ordinals] or [("cpu", "")] * gpus
@@ -259,7 +249,7 @@ def run_sweep(
     )
     config = json.dumps(message.to_dict())
     psets = _psets(cfg, plan.per_device, runs, threads, config)
-    sampler = Sampler(backend.nvml_indices(ordinals)) if telemetry and ordinals else None
+    sampler = Sampler(backend.nvml_indices(ordinals)) if launch.telemetry and ordinals else None
     with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
         func = functools.partial(
             _sweep_run,

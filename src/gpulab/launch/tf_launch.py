@@ -8,7 +8,7 @@ the torch launchers' (gpulab.launch.measuring.make_result), so both compare in o
 gpulab.launch.sweep with the tensorflow backend (gpulab.launch.backends.tensorflow_backend).
 
     from gpulab.launch.tf_launch import run_mirrored
-    result = run_mirrored(RunConfig("resnet50", precision="bf16", batch=256), gpus=4, scale_lr=False)
+    result = run_mirrored(RunConfig("resnet50", precision=Precision.BF16, batch=256), gpus=4, scale_lr=False)
 """
 
 from __future__ import annotations

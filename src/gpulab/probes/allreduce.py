@@ -19,7 +19,7 @@ from pathlib import Path
 from gpulab.errors import GpulabError
 from gpulab.launch.measuring import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, Precision
 from gpulab.records import Result
 from gpulab.report.spread import of_windows
 
@@ -117,7 +117,7 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
         framework="torch",
         launcher=backend.value,  # the probe's launcher is its transport (names.PROBE_LAUNCHERS)
         n=data["world"],
-        precision="fp32",
+        precision=Precision.FP32,
         value=figure.median if figure else data["busbw_gbs"],
         unit="GB/s",
         devices=data["devices"],

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpulab import names
 from gpulab.compat import GpuSpec
+from gpulab.names import NO_PRECISION, Precision, ReportPrecision
 from gpulab.records import Check, GpuInfo, Result, Threshold
 from gpulab.report import spread
 
@@ -34,17 +34,17 @@ class Bound:
 
 
 # probe key (workload, precision) -> minimum % of spec, and why that number.
-BOUNDS: dict[tuple[str, str], Bound] = {
-    ("matmul", "bf16"): Bound(
+BOUNDS: dict[tuple[str, ReportPrecision], Bound] = {
+    ("matmul", Precision.BF16): Bound(
         60, "reference script: 785 of 989 TFLOP/s (79 %) on H200; 60 % leaves room for SKU clocks"
     ),
-    ("matmul", "fp16"): Bound(60, "as bf16: same tensor-core rate on Ampere and later"),
-    ("matmul", "tf32"): Bound(45, "TF32 GEMMs reach 60-75 % of the dense datasheet rate on Ampere/Hopper"),
-    ("matmul", "fp32"): Bound(60, "reference script: 51 of 67 TFLOP/s (76 %) on H200 with TF32 off"),
-    ("copy_d2d", "none"): Bound(70, "reference script: 4276 of 4800 GB/s (89 %) on H200, read+write counted"),
-    ("h2d_pinned", "none"): Bound(70, "reference script: 55.4 of 63 GB/s (88 %) on H200 PCIe gen5 x16"),
-    ("d2h_pinned", "none"): Bound(70, "as host-to-device: pinned copies run near the link rate both ways"),
-    ("allreduce", "fp32"): Bound(
+    ("matmul", Precision.FP16): Bound(60, "as bf16: same tensor-core rate on Ampere and later"),
+    ("matmul", Precision.TF32): Bound(45, "TF32 GEMMs reach 60-75 % of the dense datasheet rate on Ampere/Hopper"),
+    ("matmul", Precision.FP32): Bound(60, "reference script: 51 of 67 TFLOP/s (76 %) on H200 with TF32 off"),
+    ("copy_d2d", NO_PRECISION): Bound(70, "reference script: 4276 of 4800 GB/s (89 %) on H200, read+write counted"),
+    ("h2d_pinned", NO_PRECISION): Bound(70, "reference script: 55.4 of 63 GB/s (88 %) on H200 PCIe gen5 x16"),
+    ("d2h_pinned", NO_PRECISION): Bound(70, "as host-to-device: pinned copies run near the link rate both ways"),
+    ("allreduce", Precision.FP32): Bound(
         50, "reference script: bus bandwidth 338 of 450 GB/s (75 %) over NVLink on 4x H200, 256 MiB"
     ),
 }
@@ -65,8 +65,8 @@ def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlin
     figure: float | None = None
     label = source = ""
     if result.workload == "matmul" and spec is not None:
-        mode = names.PRECISION_TABLE.get(result.precision)
-        figure = getattr(spec, mode.spec_field) if mode is not None else None
+        mode = result.precision
+        figure = getattr(spec, mode.spec_field) if isinstance(mode, Precision) else None
         label = f"{spec.name} dense {result.precision}"
         source = f"{label} datasheet figure ({spec.source})"
     elif result.workload == "copy_d2d" and spec is not None:

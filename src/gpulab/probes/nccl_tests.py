@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.names import Precision
 from gpulab.records import Result
 
 BINARY = "all_reduce_perf"
+NCCL_TYPES = {"float": Precision.FP32, "half": Precision.FP16, "bfloat16": Precision.BF16}  # all_reduce_perf -d
 
 
 def find_binary() -> str | None:
@@ -60,7 +62,7 @@ def parse_all_reduce_json(data: dict[str, Any], source: str = "<json>") -> Resul
         framework="nccl-tests",
         launcher="nccl",
         n=n,
-        precision={"float": "fp32", "half": "fp16", "bfloat16": "bf16"}.get(str(largest.get("type")), "fp32"),
+        precision=NCCL_TYPES.get(str(largest.get("type")), Precision.FP32),
         value=float(best["bus_bw"]),
         unit="GB/s",
         devices=[f"cuda:{i}" for i in range(n)],

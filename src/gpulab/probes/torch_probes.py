@@ -18,7 +18,7 @@ from gpulab.records import Result, Spread
 from gpulab.report.spread import of_windows
 from gpulab.workloads.torch_precision import dtype_for, tf32_mode
 
-QUICK = names.tier("quick").probe  # the default; each tier's size is in gpulab.names
+QUICK = names.ValidationTier.QUICK.meaning.probe  # the default; each tier's size is in gpulab.names
 CPU_SMALL = ProbeSize(matmul_n=1024, matmul_iters=2, copy_mib=256, copy_iters=2, repeats=5)
 
 
@@ -95,7 +95,7 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
+def matmul(device: str, precision: names.Precision, size: ProbeSize = QUICK) -> Result:
     """Dense square matmul throughput in TFLOP/s (2·n³ per product) on random data (zeros run faster)."""
     import torch
 
@@ -103,7 +103,7 @@ def matmul(device: str, precision: str, size: ProbeSize = QUICK) -> Result:
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
     b = torch.randn(n, n, device=device, dtype=dtype_for(precision), generator=gen)
-    with tf32_mode(names.precision(precision).tf32):
+    with tf32_mode(precision.tf32):
         timing = time_per_iteration(lambda: a @ b, device, size.matmul_iters, size.repeats)
     cpu = not device.startswith("cuda")
     figure = timing.spread(2 * n**3 / 1e12, "TFLOP/s")

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulab import __version__
-from gpulab.names import COMM_BACKENDS, DEFAULT_TIER, CommBackend
+from gpulab.names import (
+    COMM_BACKENDS,
+    DEFAULT_TIER,
+    CommBackend,
+    Precision,
+    ReportPrecision,
+    ReportTier,
+    ValidationTier,
+)
 
 SCHEMA_ID = "gpulab.report/4"
 # Versions this gpulab reads: /1 is /2 without `host_load`; /2 is /3 without spreads (a timed figure's windows and
@@ -120,7 +128,7 @@ class Result:
     framework: str  # "torch", "tensorflow", "nccl-tests"
     launcher: str  # "cpu", "gpu", "ddp", "dataparallel", "mirrored", "sweep"
     n: int  # devices used (GPUs, or CPU threads for launcher "cpu")
-    precision: str  # "fp32", "tf32", "bf16", "fp16", "int8", "none" for copies
+    precision: ReportPrecision  # a Precision; names.NO_PRECISION ("none") for copies and transfers
     value: float  # higher is better
     unit: str  # "samples/s", "TFLOP/s", "GB/s", "iterations/s"
     device: str | None = None  # "cuda:0" for a per-device row; None for a row over all `n` devices
@@ -140,7 +148,7 @@ class Result:
         since its throughput includes the data loading and the last short batch of each epoch."""
         return f"{self.workload} (epochs)" if self.params.get("mode") == "epochs" else self.workload
 
-    def key(self) -> tuple[str, str, str, int, str, str]:
+    def key(self) -> tuple[str, str, str, int, ReportPrecision, str]:
         return (self.series(), self.framework, self.launcher, self.n, self.precision, self.device or "")
 
 
@@ -148,7 +156,7 @@ class Result:
 class Speedup:
     workload: str
     framework: str
-    precision: str
+    precision: ReportPrecision
     from_: str  # "cpu:1", "cpu:64", "gpu:1"
     to: str
     ratio: float
@@ -159,7 +167,7 @@ class Scaling:
     workload: str
     framework: str
     launcher: str
-    precision: str
+    precision: ReportPrecision
     n: int
     throughput: float
     speedup: float  # throughput(n) / throughput(1)
@@ -172,7 +180,7 @@ class Scaling:
 @dataclass
 class Report:
     fingerprint: dict[str, Any]  # gpulab.records.Fingerprint.to_dict()
-    tier: str = DEFAULT_TIER
+    tier: ReportTier = DEFAULT_TIER
     checks: list[Check] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     speedups: list[Speedup] = field(default_factory=list)
@@ -203,12 +211,10 @@ class Report:
         older = d.get("schema", SCHEMA_ID) != SCHEMA_ID
         return cls(
             fingerprint=d["fingerprint"],
-            tier=d.get("tier", DEFAULT_TIER),
+            tier=ValidationTier.parse_reported(d.get("tier", DEFAULT_TIER)),
             checks=[Check(**c) for c in d.get("checks", [])],
             results=[result_from_dict(_backend_from_params(r) if older else r) for r in d.get("results", [])],
-            speedups=[
-                Speedup(**{("from_" if k == "from" else k): v for k, v in s.items()}) for s in d.get("speedups", [])
-            ],
+            speedups=[speedup_from_dict(s) for s in d.get("speedups", [])],
             scaling=[scaling_from_dict(s) for s in d.get("scaling", [])],
             thresholds=[Threshold(**t) for t in d.get("thresholds", [])],
             created=d["created"],
@@ -233,8 +239,9 @@ def spread_from_dict(data: dict[str, Any] | None) -> Spread | None:
 
 
 def result_from_dict(data: dict[str, Any]) -> Result:
-    """A Result from its `asdict` form (a report row, or a child process's JSON)."""
+    """A Result from its `asdict` form (a report row, or a child process's JSON): the edge its precision is read at."""
     d = dict(data)
+    d["precision"] = Precision.parse_reported(d["precision"])
     tel = d.pop("telemetry", None)
     spread = spread_from_dict(d.pop("spread", None))
     backend = d.pop("comm_backend", None)
@@ -258,7 +265,14 @@ def _backend_from_params(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "params": rest, "comm_backend": params["backend"]}
 
 
+def speedup_from_dict(data: dict[str, Any]) -> Speedup:
+    d = {("from_" if k == "from" else k): v for k, v in data.items()}
+    d["precision"] = Precision.parse_reported(d["precision"])
+    return Speedup(**d)
+
+
 def scaling_from_dict(data: dict[str, Any]) -> Scaling:
     d = dict(data)
+    d["precision"] = Precision.parse_reported(d["precision"])
     interval = spread_from_dict(d.pop("spread", None))
     return Scaling(**d, spread=interval)

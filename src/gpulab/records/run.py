@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulab.names import Precision
+
 
 @dataclass
 class RunConfig:
     workload: str
-    precision: str = "fp32"  # one of gpulab.names.PRECISIONS (a study's "plan" is resolved to one before a run)
+    precision: Precision = Precision.FP32  # parsed at the edges (a study's "plan" is resolved to one before a run)
     channels_last: bool = False
     batch: int | None = None  # per device (weak scaling); None = the workload's default for `size`
     steps: int | None = None  # timed steps (iterations for style transfer); None = default for `size`

@@ -26,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpulab.names import MULTI_GPU_LAUNCHERS
+from gpulab.names import MULTI_GPU_LAUNCHERS, Precision, ReportPrecision
 from gpulab.records import Result, Scaling, Speedup
 from gpulab.report import spread
 
 SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
 
-_Group = tuple[str, str, str, str]  # workload, framework, precision, unit
+_Group = tuple[str, str, ReportPrecision, str]  # workload, framework, precision, unit
 
 
 def _on_cpu(result: Result) -> bool:
@@ -69,8 +69,8 @@ def speedups(results: Iterable[Result]) -> list[Speedup]:
         cpu1, cpu_all = cpu_ends(group)
         gpu1 = rows.get((group, "gpu", 1))
         suffix = ""
-        if gpu1 is not None and cpu1 is None and cpu_all is None and precision != "fp32":
-            cpu1, cpu_all = cpu_ends((workload, framework, "fp32", unit))
+        if gpu1 is not None and cpu1 is None and cpu_all is None and precision != Precision.FP32:
+            cpu1, cpu_all = cpu_ends((workload, framework, Precision.FP32, unit))
             suffix = " fp32"
         pairs = [(cpu1, gpu1, f"cpu:1{suffix}", "gpu:1")]
         if cpu_all is not None:

@@ -28,15 +28,14 @@ def _rates(runs: Sequence[Any]) -> list[tuple[Any, float, float]]:
     return out
 
 
-def datasheet_tflops(gpu_name: str | None, precision: str | None) -> float | None:
+def datasheet_tflops(gpu_name: str | None, precision: names.Precision | None) -> float | None:
     """The dense rate of `gpu_name` at `precision` from the compat matrix; None where either is unknown."""
     from gpulab import compat
 
     spec = compat.gpu_by_name(gpu_name) if gpu_name else None
-    mode = names.PRECISION_TABLE.get(precision or "")
-    if spec is None or mode is None:
+    if spec is None or precision is None:
         return None
-    value = getattr(spec, mode.spec_field, None)
+    value = getattr(spec, precision.spec_field, None)
     return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -56,9 +55,9 @@ def work_line(runs: Sequence[Any]) -> str | None:
     gpu = next((r.gpu_name for r, _, _ in rated if r.gpu_name), None)
     precision = next((r.precision for r, _, _ in rated if r.precision), None)
     peak = datasheet_tflops(gpu, precision)
-    if peak:
-        mode = names.PRECISION_TABLE[str(precision)]
-        text += f", {100 * rate / 1e12 / peak:.0f} % of the {gpu}'s dense {mode.name.upper()} rate ({peak:g} TFLOP/s)"
+    if peak and precision is not None:
+        dense = precision.value.upper()
+        text += f", {100 * rate / 1e12 / peak:.0f} % of the {gpu}'s dense {dense} rate ({peak:g} TFLOP/s)"
     elif gpu:
         text += f" (no datasheet rate for the {gpu} at {precision})"
     batched = [r for r, _, _ in rated if (r.batch_runs or 1) > 1]

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, UnknownValue
+from gpulab.names import Precision
 from gpulab.report.formatting import stand_ins_summary
 from gpulab.report.markdown import md_table, md_text
 from gpulab.report.plots import new_figure
@@ -48,7 +49,7 @@ class Run:
     started: float | None
     vary: str | None
     metric: str | None = None
-    precision: str | None = None
+    precision: Precision | None = None  # the one it trained in (a row's precision_used)
     final_metric: float | None = None
     time_to_target_s: float | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
@@ -82,6 +83,14 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _precision_used(value: Any) -> Precision | None:
+    """A row's precision_used, read once here (the study's database is an edge); None where it names none."""
+    try:
+        return Precision.parse(value)
+    except UnknownValue:
+        return None
 
 
 def _list(value: Any) -> list[Any]:
@@ -118,7 +127,7 @@ def read_runs(df: Any, study: Study) -> list[Run]:
                 started=_timestamp(started),
                 vary=row.get("_vary") if isinstance(row.get("_vary"), str) else None,
                 metric=row.get("metric") if isinstance(row.get("metric"), str) else None,
-                precision=row.get("precision_used") if isinstance(row.get("precision_used"), str) else None,
+                precision=_precision_used(row.get("precision_used")),
                 final_metric=_num(row.get("final_metric")),
                 time_to_target_s=_num(row.get("time_to_target_s")),
                 epochs=[e for e in _list(row.get("epoch_records")) if isinstance(e, dict)],

@@ -83,7 +83,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                 framework=study.framework,
                 launcher=launcher,
                 n=n,
-                precision=precisions[0] if len(precisions) == 1 else "fp32",
+                precision=names.Precision.parse(precisions[0]) if len(precisions) == 1 else names.Precision.FP32,
                 value=statistics.median(rates),
                 unit="samples/s",
                 device=label if launcher in names.ONE_DEVICE_LAUNCHERS else None,

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from gpulab import names
-from gpulab.errors import GpulabError, yaml_problem
+from gpulab.errors import GpulabError, UnknownValue, yaml_problem
 from gpulab.paths import load_yaml, read_input_text, shown
 from gpulab.workloads import data as data_names
 
@@ -159,8 +159,11 @@ def _identity(data: dict[Any, Any], problems: list[str]) -> tuple[Any, Any, Any,
     if size not in names.SIZES:
         problems.append(f"size: {size!r} is not one of {', '.join(names.SIZES)}")
     precision = data.get("precision", "plan")
-    if precision != "plan" and precision not in names.TRAINING_PRECISIONS:
-        problems.append(f"precision: {precision!r} is not plan or one of {', '.join(names.TRAINING_PRECISIONS)}")
+    if precision != "plan":
+        try:
+            precision = names.Precision.parse(precision, training=True).value  # a pset's column holds the text
+        except UnknownValue:
+            problems.append(f"precision: {precision!r} is not plan or one of {', '.join(names.TRAINING_PRECISIONS)}")
     return name, workload, framework, size, precision
 
 

@@ -151,7 +151,7 @@ def _batch_here(psets: list[dict[str, Any]], device: str) -> list[dict[str, Any]
     n = len(cfgs)
     share = timing.seconds / n
     batch: dict[str, Any] = {
-        "precision_used": cfgs[0].precision,
+        "precision_used": cfgs[0].precision.value,
         "timed_s": round(share, 4),
         "steps_run": timing.steps + cfgs[0].warmup,
         "samples_per_s": timing.steps / share if share > 0 else None,
@@ -232,20 +232,22 @@ def _free_memory() -> None:
             torch.cuda.empty_cache()
 
 
-def _precision(pset: dict[str, Any], device: str) -> tuple[str, bool]:
-    """(precision, channels_last): the pset's, or with `precision: plan` what the precision plan picks for this GPU."""
+def _precision(pset: dict[str, Any], device: str) -> tuple[names.Precision, bool]:
+    """(precision, channels_last): the pset's, or with `precision: plan` what the precision plan picks for this GPU.
+    A pset is a row of the study's database, its precision the text the study file (or its vary list) gave: read
+    here, where the pset becomes a RunConfig."""
     channels_last = bool(pset.get("channels_last", False))
     if str(pset.get("precision", "plan")) != "plan":
-        return str(pset["precision"]), channels_last
+        return names.Precision.parse(pset["precision"], training=True, who=str(pset["workload"])), channels_last
     if not device.startswith("cuda"):
-        return "fp32", channels_last
+        return names.Precision.FP32, channels_last
     import torch
 
     major, minor = torch.cuda.get_device_capability(0)
-    return planned(pset, torch.cuda.get_device_name(0), f"{major}.{minor}") or ("fp32", channels_last)
+    return planned(pset, torch.cuda.get_device_name(0), f"{major}.{minor}") or (names.Precision.FP32, channels_last)
 
 
-def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None) -> tuple[str, bool] | None:
+def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None) -> tuple[names.Precision, bool] | None:
     """What the precision plan of this GPU model picks for the pset's workload: (precision, channels_last), the
     pset's own channels_last winning where it sets one; None where the GPU has no plan."""
     from gpulab import compat
@@ -258,7 +260,7 @@ def planned(pset: dict[str, Any], gpu_name: str, compute_capability: str | None)
     return choice.precision, bool(pset.get("channels_last", choice.channels_last))
 
 
-def _planned_for_machine(pset: dict[str, Any]) -> tuple[str, bool] | None:
+def _planned_for_machine(pset: dict[str, Any]) -> tuple[names.Precision, bool] | None:
     """`precision: plan` for a `gpulab run` child: the plan of the first GPU this process may use, read through NVML
     (the study's process opens no CUDA context); None without GPUs."""
     from gpulab.studies import cluster
@@ -312,7 +314,7 @@ def _run_here(pset: dict[str, Any], run_dir: Path, device: str) -> dict[str, Any
         used_threads = torch.get_num_threads()
         flops = getattr(session, "flops_per_step", None)
     facts: dict[str, Any] = {
-        "precision_used": cfg.precision,
+        "precision_used": cfg.precision.value,
         "timed_s": round(timing.seconds, 4),
         "steps_run": timing.steps + cfg.warmup,
         "samples_per_s": timing.samples / timing.seconds if timing.seconds > 0 else None,
@@ -361,7 +363,7 @@ def _epochs_here(pset: dict[str, Any], cfg: Any, device: str) -> dict[str, Any]:
     record = train_epochs(cfg, device, EpochSpec(**given))
     epochs = record.get("epochs") or []
     return {
-        "precision_used": cfg.precision,
+        "precision_used": cfg.precision.value,
         "timed_s": record.get("total_s"),
         "samples_per_s": _mean([e.get("samples_per_s") for e in epochs]),
         "final_loss": epochs[-1].get("train_loss") if epochs else None,
@@ -431,7 +433,8 @@ def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
         cmd += ["--gpus", str(_gpu_count() if gpus == "all" else int(gpus))]
     precision, channels_last = str(pset.get("precision", "plan")), bool(pset.get("channels_last"))
     if precision == "plan":  # `gpulab run` alone would train in fp32
-        precision, channels_last = _planned_for_machine(pset) or ("fp32", channels_last)
+        chosen, channels_last = _planned_for_machine(pset) or (names.Precision.FP32, channels_last)
+        precision = chosen.value
     cmd += ["--precision", precision]
     for key in ("batch", "steps", "warmup", "num_workers"):
         value = pset.get(key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulab.names import Precision
 from gpulab.records import RunConfig, Threshold
 from gpulab.workloads.precision_plan import PrecisionPlan
 from gpulab.workloads.registry import REGISTRY
@@ -37,7 +38,7 @@ MIN_GPU_OVER_ALL_CPU = Threshold(
 class ScalingPlan:
     workload: str
     launcher: str
-    precision: str
+    precision: Precision
     channels_last: bool
     threshold: Threshold | None  # None: measured for comparison only (DataParallel)
     batch: int | None = None  # the per-GPU batch the threshold was measured at (None: the size's own)
@@ -116,7 +117,7 @@ def cpu_config(cfg: RunConfig) -> RunConfig:
     """
     from dataclasses import replace
 
-    return replace(cfg, batch=_cpu_batch(cfg), steps=CPU_STEPS, warmup=1, precision="fp32")
+    return replace(cfg, batch=_cpu_batch(cfg), steps=CPU_STEPS, warmup=1, precision=Precision.FP32)
 
 
 def _cpu_batch(cfg: RunConfig) -> int | None:

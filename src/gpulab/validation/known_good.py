@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.names import Precision, ReportPrecision, ValidationTier
 from gpulab.records import Check, Report, Result, Threshold
 from gpulab.report import spread
 
@@ -57,7 +58,7 @@ class KnownGood:
     framework: str
     launcher: str
     n: int
-    precision: str
+    precision: ReportPrecision
     size: str | None
     channels_last: bool | None
     batch: int | None
@@ -210,7 +211,14 @@ def build(paths: Sequence[Path]) -> dict[str, Any]:
 def table() -> dict[tuple[Any, ...], KnownGood]:
     data = json.loads(resources.files("gpulab.validation").joinpath("known_good.json").read_text(encoding="utf-8"))
     rows = (
-        KnownGood(**{**r, "runs": tuple(r.get("runs") or ()), "hosts": tuple(r.get("hosts") or ())})
+        KnownGood(
+            **{
+                **r,
+                "precision": Precision.parse_reported(r["precision"], "known-good row's precision"),
+                "runs": tuple(r.get("runs") or ()),
+                "hosts": tuple(r.get("hosts") or ()),
+            }
+        )
         for r in data["rows"]
     )
     return {row.key(): row for row in rows}
@@ -327,7 +335,7 @@ def as_report(model: str) -> Report:
     ]
     return Report(
         fingerprint={"hostname": f"known-good {model}", "gpus": [{"name": model}]},
-        tier="standard",
+        tier=ValidationTier.STANDARD,
         results=results,
         command=f"known-good rows of {model}",
     )

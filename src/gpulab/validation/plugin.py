@@ -6,6 +6,7 @@ run always leaves a report (flagged `interrupted` when it was stopped early).
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import signal
@@ -46,11 +47,20 @@ STOP_STATUS_KEY = pytest.StashKey[int]()
 STOP_STATUS_PLUGIN = "gpulab-stop-status"
 
 
+def _tier(text: str) -> names.ValidationTier:
+    """--tier: read by the vocabulary's one parser (pytest shows the message on a bad one)."""
+    try:
+        return names.ValidationTier.parse(text)
+    except GpulabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpulab", "gpulab validation")
     group.addoption(
         "--tier",
-        choices=names.TIERS,
+        type=_tier,
+        choices=tuple(names.ValidationTier),
         default=names.DEFAULT_TIER,
         help="; ".join(f"{t.name}: {t.summary}" for t in names.TIER_TABLE.values()),
     )
@@ -288,7 +298,7 @@ def lab(request: pytest.FixtureRequest) -> Lab:
 @pytest.fixture(scope="session")
 def workload_size(lab: Lab) -> str:
     """The workloads' size for this tier; the quick tier runs no training workloads."""
-    workload_size = names.tier(lab.options.tier).workload_size
+    workload_size = lab.options.tier.meaning.workload_size
     if workload_size is None:
         trained = " and ".join(t.name for t in names.TIER_TABLE.values() if t.workload_size)
         pytest.skip(f"workloads run in --tier {trained}")

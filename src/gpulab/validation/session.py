@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Options:
-    tier: str = names.DEFAULT_TIER  # one of gpulab.names.TIERS
+    tier: names.ValidationTier = names.DEFAULT_TIER  # read from --tier by the plugin
     gpus: str = "all"  # "all", "0,2" (indices) or "2" (the first two)
     expect_gpus: int | None = None
     report_dir: Path = Path("reports")

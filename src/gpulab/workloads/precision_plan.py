@@ -20,6 +20,7 @@ from typing import Any
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import UnknownValue
+from gpulab.names import Precision
 from gpulab.workloads.registry import REGISTRY
 
 TENSOR_CORES_CC = 7.0  # Volta: the first tensor cores, and NHWC layouts that feed them
@@ -29,7 +30,7 @@ ONLY_CC = "compute capability only"  # the basis of a plan for a GPU the matrix 
 
 @dataclass(frozen=True)
 class Choice:
-    precision: str
+    precision: Precision
     channels_last: bool
     reason: str
 
@@ -43,13 +44,13 @@ class PrecisionPlan:
     basis: str  # where the figures come from
     forced: bool = False  # chosen with --precision-plan, not read from the GPU
 
-    def has(self, precision: str) -> bool:
+    def has(self, precision: Precision) -> bool:
         """The GPU has hardware for `precision` (TF32 and bf16 from Ampere; fp16 from sm_53)."""
-        return self.compute_capability >= names.precision(precision).min_compute_capability
+        return self.compute_capability >= precision.min_compute_capability
 
     @property
     def fp16_fast(self) -> bool:
-        if not self.has("fp16"):
+        if not self.has(Precision.FP16):
             return False
         if self.basis == ONLY_CC:  # no datasheet: the tensor cores of its generation decide
             return self.compute_capability >= TENSOR_CORES_CC
@@ -62,22 +63,24 @@ class PrecisionPlan:
         declared = REGISTRY.get(workload)
         gains, autocast = (declared.channels_last_gains, declared.autocast) if declared else (True, True)
         channels_last = framework == names.DEFAULT_FRAMEWORK and gains and self.compute_capability >= TENSOR_CORES_CC
-        if self.has("bf16"):
+        if self.has(Precision.BF16):
             if not autocast:
-                return Choice("tf32", channels_last, "TF32: its Gram matrices and losses stay fp32")
-            return Choice("bf16", channels_last, f"bf16 autocast ({self.architecture} has bf16 tensor cores)")
+                return Choice(Precision.TF32, channels_last, "TF32: its Gram matrices and losses stay fp32")
+            return Choice(Precision.BF16, channels_last, f"bf16 autocast ({self.architecture} has bf16 tensor cores)")
         if not autocast:
-            return Choice("fp32", channels_last, f"fp32: its losses need fp32 and {self.architecture} has no TF32")
+            return Choice(
+                Precision.FP32, channels_last, f"fp32: its losses need fp32 and {self.architecture} has no TF32"
+            )
         if framework != names.DEFAULT_FRAMEWORK:
-            return Choice("fp32", channels_last, f"fp32: {framework} rows offer no fp16 loss scaling here")
+            return Choice(Precision.FP32, channels_last, f"fp32: {framework} rows offer no fp16 loss scaling here")
         if self.fp16_fast:
             rates = (
                 f"{self.fp16_tflops:g} vs {self.fp32_tflops:g} TFLOP/s fp32"
                 if self.fp16_tflops and self.fp32_tflops
                 else f"the tensor cores of compute capability {self.compute_capability:g}"
             )
-            return Choice("fp16", channels_last, f"fp16 autocast with loss scaling: {rates}")
-        return Choice("fp32", channels_last, f"fp32: no faster fp16 on this GPU ({self.basis})")
+            return Choice(Precision.FP16, channels_last, f"fp16 autocast with loss scaling: {rates}")
+        return Choice(Precision.FP32, channels_last, f"fp32: no faster fp16 on this GPU ({self.basis})")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

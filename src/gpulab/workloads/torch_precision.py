@@ -9,11 +9,11 @@ from typing import Any, cast
 from gpulab import names
 
 
-def dtype_for(precision: str) -> Any:
-    """The torch dtype a probe's tensors have at `precision` (gpulab.names decodes the name)."""
+def dtype_for(precision: names.Precision) -> Any:
+    """The torch dtype a probe's tensors have at `precision` (its meaning: gpulab.names.Precision)."""
     import torch
 
-    return getattr(torch, names.precision(precision).dtype)
+    return getattr(torch, precision.dtype)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ from gpulab.records import RunConfig
 
 def batch_and_steps(cfg: RunConfig, sizes: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
     """Validate the generic fields and return (batch, steps): the config's, or the size's defaults."""
-    names.precision(cfg.precision, training=True, who=cfg.workload)
     names.size(cfg.size, who=cfg.workload)
     for name in ("batch", "steps"):
         value = getattr(cfg, name)
@@ -109,14 +108,13 @@ class Numerics:
     """Precision for a session's lifetime (gpulab.names decodes it): TF32 on or off, the autocast type, and for
     fp16 a dynamic loss scaler; cuDNN autotuning on CUDA. `close()` restores the previous settings."""
 
-    def __init__(self, precision: str, device: str) -> None:
+    def __init__(self, precision: names.Precision, device: str) -> None:
         import torch
 
         from gpulab.workloads.torch_precision import tf32_mode
 
-        self.precision = precision
+        self.precision = mode = precision
         self.device_type = torch.device(device).type
-        mode = names.precision(precision, training=True)
         self.tf32 = mode.tf32
         self.autocast_dtype = mode.autocast
         # Dynamic loss scaling keeps fp16's small gradients from flushing to zero (torch.amp's recipe).
@@ -146,7 +144,7 @@ class Numerics:
         self.scaler.update()
 
     def facts(self) -> dict[str, Any]:
-        autocast = names.PRECISION_TABLE[self.precision].name if self.autocast_dtype else None
+        autocast = self.precision if self.autocast_dtype else None
         return {"precision": self.precision, "tf32": self.tf32, "autocast": autocast, "loss_scaling": bool(self.scaler)}
 
     def close(self) -> None:

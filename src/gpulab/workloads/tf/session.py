@@ -17,22 +17,21 @@ from gpulab.errors import GpulabError
 from gpulab.records import RunConfig
 from gpulab.workloads.torch_session import loader_workers
 
-TF_PRECISIONS = tuple(p for p in names.TRAINING_PRECISIONS if not names.precision(p).loss_scaling)
+TF_PRECISIONS = tuple(p.value for p in names.Precision if not p.loss_scaling)
 
 
-def tf_precision(precision: str) -> names.Precision:
-    """The precision decoded, refused when it needs loss scaling (not wired into these training steps)."""
-    mode = names.precision(precision, training=True)
-    if mode.loss_scaling:
+def tf_precision(precision: names.Precision) -> names.Precision:
+    """The precision, refused when it needs loss scaling (not wired into these training steps)."""
+    if precision.loss_scaling:
         raise GpulabError(f"TensorFlow rows train {', '.join(TF_PRECISIONS)}; {precision} runs with --framework torch")
-    return mode
+    return precision
 
 
 class TFNumerics:
     """fp32: TF32 off; tf32: TF32 on; bf16: TF32 on and the Keras policy "mixed_bfloat16" (variables fp32,
     computation bf16). `close()` restores the previous policy and TF32 setting."""
 
-    def __init__(self, precision: str) -> None:
+    def __init__(self, precision: names.Precision) -> None:
         import keras
         import tensorflow as tf
 
