@@ -204,6 +204,7 @@ def test_allreduce_nccl_tests(lab, verdict, tier):
         verdict(
             Check("probe.allreduce.nccl_tests", "skip", "nccl-tests' all_reduce_perf not found (PATH, $NCCL_TESTS_BIN)")
         )
+        return
     size = tier.nccl_tests_size
     result = nccl_tests.run_all_reduce_perf(binary, len(lab.gpus), size=size)
     if not result.params.get("correct"):

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpulab.launch import run_dataparallel, run_ddp_pair, run_sweep
+from gpulab.launch import Launch, run_dataparallel, run_ddp_pair, run_sweep
 from gpulab.launch.measuring import WINDOWS
 from gpulab.records import Check, RunConfig
 from gpulab.report import spread
@@ -27,11 +27,17 @@ def plans(nvlink=True, precision_plan=None):
     return {f"{p.launcher}-{p.workload}": p for p in scaling_plans(nvlink, precision_plan)}
 
 
+def _sweep(cfg, gpus, sweep_dir, *, first_gpu=0, telemetry=True):
+    """One run per GPU of `gpus` from cuda:`first_gpu`, all at once: a sweep row."""
+    launch = Launch(cfg, launcher="sweep", gpus=gpus, runs=gpus, sweep_dir=sweep_dir, telemetry=telemetry)
+    return run_sweep(launch, first_gpu=first_gpu)
+
+
 def _one_at_a_time(cfg, n, sweep_dir):
     """n runs one after another, run k alone on GPU k: one row whose windows are all n runs' windows."""
-    row = run_sweep(cfg, 1, sweep_dir, runs=1)
+    row = _sweep(cfg, 1, sweep_dir)
     for k in range(1, n):
-        more = run_sweep(cfg, 1, sweep_dir, runs=1, first_gpu=k)
+        more = _sweep(cfg, 1, sweep_dir, first_gpu=k)
         remeasure.merge_into(row, more, why=None)
         row.devices = [*(row.devices or []), *(more.devices or [])]
         row.params["runs"] = [*row.params.get("runs", []), *more.params.get("runs", [])]
@@ -58,9 +64,9 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
         # start-up, compile and warm-up) give the throughput, so neither side's process start counts. One
         # unrecorded run per GPU first fills the compile and kernel caches on disk: without it the first side's runs
         # measured 171 samples/s against the second's 184 per GPU (107.6 % efficiency) on a fresh 2x H200 machine.
-        run_sweep(cfg, n, lab.options.report_dir / "sweep-warm-up", runs=n, telemetry=False)
+        _sweep(cfg, n, lab.options.report_dir / "sweep-warm-up", telemetry=False)
         serial = _one_at_a_time(cfg, n, lab.options.report_dir / "sweep-1gpu")
-        many = run_sweep(cfg, n, lab.options.report_dir / f"sweep-{n}gpu", runs=n)
+        many = _sweep(cfg, n, lab.options.report_dir / f"sweep-{n}gpu")
         for row in (serial, many):
             lab.record_result(row)
 
@@ -75,7 +81,7 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
 
         def again():
             remeasure.merge_into(serial, _one_at_a_time(cfg, n, lab.options.report_dir / "sweep-1gpu"))
-            remeasure.merge_into(many, run_sweep(cfg, n, lab.options.report_dir / f"sweep-{n}gpu", runs=n))
+            remeasure.merge_into(many, _sweep(cfg, n, lab.options.report_dir / f"sweep-{n}gpu"))
 
         verdict(remeasure.settle(judge, again))
         return
