@@ -10,16 +10,20 @@ windows within +-1 % of its value, as a real launcher records them.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpulab.hw.discover import fingerprint
 from gpulab.records import Result, RunConfig
 from gpulab.report import spread
+
+if TYPE_CHECKING:
+    from gpulab.launch import Launch
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200x4-firecracker"
 ONE_GPU = 100.0
@@ -85,9 +89,22 @@ def fake_mirrored(cfg: RunConfig, gpus: int, *_: Any, **__: Any) -> Result:
     return _row("mirrored", "tensorflow", cfg, gpus, ONE_GPU * gpus)
 
 
-def fake_sweep(cfg: RunConfig, gpus: int, out_dir: Path, runs: int | None = None, **_: Any) -> Result:
-    runs = runs or gpus
-    return _row("sweep", "torch", cfg, gpus, ONE_GPU * gpus, seconds=runs / gpus)  # every GPU at ONE_GPU
+def fake_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
+    gpus, runs = launch.gpus, launch.runs or launch.gpus
+    return _row("sweep", "torch", launch.cfg, gpus, ONE_GPU * gpus, seconds=runs / gpus)  # every GPU at ONE_GPU
+
+
+def _takes_what_the_real_one_does(real: Any, fake: Any) -> None:
+    """A fake must be callable as its launcher is, with the real one's required arguments (a fake left with an old
+    signature would let validate/ call the launcher the old way unseen)."""
+    params = inspect.signature(real).parameters.values()
+    required = [p for p in params if p.default is inspect.Parameter.empty]
+    positional = [None for p in required if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keywords = {p.name: None for p in required if p.kind is p.KEYWORD_ONLY}
+    try:
+        inspect.signature(fake).bind(*positional, **keywords)
+    except TypeError as err:
+        raise pytest.UsageError(f"{fake.__name__} cannot be called as {real.__qualname__} is: {err}") from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,6 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     for module, names in fakes.items():
         for name, fake in names.items():
+            _takes_what_the_real_one_does(getattr(module, name), fake)
             setattr(module, name, fake)
 
 
