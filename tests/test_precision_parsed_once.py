@@ -90,6 +90,31 @@ def test_the_check_finds_each_way_a_precision_was_read() -> None:
     assert _precision_reads(ast.parse("a = cfg.precision.tf32\nb = p is Precision.BF16\nc = list(Precision)\n")) == []
 
 
+def _text_compared(tree: ast.AST) -> list[str]:
+    """A comparison with a precision's text (`p == "fp32"`, `p in ("bf16", "fp16")`): the member says it."""
+    texts = set(PRECISIONS)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = [c for s in sides for c in (s.elts if isinstance(s, ast.Tuple | ast.List | ast.Set) else [s])]
+            if any(isinstance(c, ast.Constant) and c.value in texts for c in consts):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_compares_a_precision_with_its_text() -> None:
+    offenders = {
+        rel: hits
+        for path in PYTHON
+        if (rel := str(path.relative_to(ROOT))) != "src/gpulab/names.py"
+        and (hits := _text_compared(ast.parse(path.read_text(), str(path))))
+    }
+    assert offenders == {}
+    source = 'a = r.precision == "fp32"\nb = p in ("bf16", "fp16")\nc = "tf32" != q\nd = p is Precision.FP32\n'
+    assert len(_text_compared(ast.parse(source))) == 3
+
+
 @pytest.mark.parametrize("member", list(Precision), ids=str)
 def test_each_precision_is_read_from_its_value_and_written_as_it(member: Precision) -> None:
     assert Precision.parse(member.value) is member and Precision.parse(member) is member

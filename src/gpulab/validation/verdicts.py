@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpulab.launch.advice import gpu_busy_advice
+from gpulab.names import Precision
 from gpulab.records import Check, GpuTelemetry, Result, Spread, Threshold
 from gpulab.report import spread
 from gpulab.validation.expectations import MIN_GPU_OVER_ALL_CPU
@@ -24,7 +25,7 @@ def gpu_over_cpu(lab: Lab, gpu: Result, cpu_rows: list[Result]) -> Check:
     """One GPU against all CPU threads for the same workload and framework (the CPU rows of that run)."""
     cpu = [r for r in cpu_rows if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, "cpu")]
     # The CPU rows of the GPU's own precision when there are some, else the fp32 ones (as report/scaling.py pairs them).
-    cpu = [r for r in cpu if r.precision == gpu.precision] or [r for r in cpu if r.precision == "fp32"]
+    cpu = [r for r in cpu if r.precision == gpu.precision] or [r for r in cpu if r.precision == Precision.FP32]
     best = max(cpu, key=lambda r: r.n, default=None)
     name = f"speedup.gpu_over_cpu[{gpu.framework},{gpu.workload}]"
     if best is None or best.value <= 0:
