@@ -21,8 +21,8 @@ from gpulab.report.compare import compare
 from gpulab.report.io import ReportError, load_report, report_from_data, schema_errors, write_report
 from gpulab.report.render import to_markdown
 from report_builders import sample_report
+from vocabulary_reads import compared_with, offenders
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 # The recorded reports whose DDP rows carry params.backend: a /1 and a /3 one
 OLD_DDP_REPORTS = [REPORTS / "h200x4-standard.json", REPORTS / "h200x2-standard-a.json"]
@@ -76,25 +76,11 @@ def test_a_worker_message_carries_the_backend_as_its_type(tmp_path):
 
 def _backend_spellings(tree: ast.AST) -> list[str]:
     """Comparisons with a backend's spelling (`x == "nccl"`, `x in ("nccl", "gloo")`): a second reading of it."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            items = [
-                e for side in sides for e in (side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side])
-            ]
-            if any(isinstance(e, ast.Constant) and e.value in COMM_BACKENDS for e in items):
-                found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
+    return compared_with(tree, COMM_BACKENDS)
 
 
 def test_no_module_but_the_vocabulary_reads_a_backends_spelling():
-    offenders = {
-        str(path.relative_to(SRC)): hits
-        for path in sorted(SRC.rglob("*.py"))
-        if path != SRC / "names.py" and (hits := _backend_spellings(ast.parse(path.read_text(), str(path))))
-    }
-    assert offenders == {}
+    assert offenders(_backend_spellings, ["src/gpulab/names.py"]) == {}
     assert len(_backend_spellings(ast.parse('a = b == "nccl"\nc = d in ("nccl", "gloo")\ne = "gloo" != f\n'))) == 3
 
 

@@ -21,10 +21,8 @@ from gpulab.records import Result, RunConfig, Scaling, Speedup
 from gpulab.report.io import load_report, report_json
 from gpulab.validation.expectations import cpu_config, speedup_config
 from gpulab.workloads import precision_plan
+from vocabulary_reads import ROOT, compared_with, offenders, text_reads
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src" / "gpulab"
-PYTHON = [*sorted(SRC.rglob("*.py")), *sorted((ROOT / "validate").rglob("*.py"))]
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 # The edges, each with what it reads; names.py is the parser itself.
 EDGES = {
@@ -44,34 +42,18 @@ PARSERS = {"parse", "parse_reported"}
 def _precision_reads(tree: ast.AST) -> list[str]:
     """Code that reads a precision's text: the parser called (names.precision, Precision.parse, Precision("bf16")),
     a membership test in the precision names, or the meaning looked up in a table by name."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            called = ast.unparse(func)
-            parser = (
-                isinstance(func, ast.Attribute) and func.attr in PARSERS and called.endswith("Precision." + func.attr)
-            )
-            by_value = called.split(".")[-1] in ("Precision", "NoPrecision") and bool(node.args)
-            module_level = called in ("names.precision", "precision") and bool(node.args)
-            if parser or by_value or module_level:
-                found.append(f"line {node.lineno}: {ast.unparse(node)}")
-        membership = isinstance(node, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
-        if membership and any(ast.unparse(c).split(".")[-1].endswith("PRECISIONS") for c in node.comparators):
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-        if isinstance(node, ast.Name | ast.Attribute) and ast.unparse(node).split(".")[-1] == "PRECISION_TABLE":
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
+    return text_reads(
+        tree,
+        types=("Precision", "NoPrecision"),
+        parsers=("parse", "parse_reported"),
+        functions=("names.precision", "precision"),
+        names="PRECISIONS",
+        table="PRECISION_TABLE",
+    )
 
 
 def test_no_module_but_the_edges_reads_a_precisions_text() -> None:
-    offenders = {
-        rel: hits
-        for path in PYTHON
-        if (rel := str(path.relative_to(ROOT))) not in EDGES
-        and (hits := _precision_reads(ast.parse(path.read_text(), str(path))))
-    }
-    assert offenders == {}
+    assert offenders(_precision_reads, EDGES) == {}
 
 
 def test_every_edge_named_still_reads_one() -> None:
@@ -90,29 +72,13 @@ def test_the_check_finds_each_way_a_precision_was_read() -> None:
     assert _precision_reads(ast.parse("a = cfg.precision.tf32\nb = p is Precision.BF16\nc = list(Precision)\n")) == []
 
 
-def _text_compared(tree: ast.AST) -> list[str]:
-    """A comparison with a precision's text (`p == "fp32"`, `p in ("bf16", "fp16")`): the member says it."""
-    texts = set(PRECISIONS)
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            consts = [c for s in sides for c in (s.elts if isinstance(s, ast.Tuple | ast.List | ast.Set) else [s])]
-            if any(isinstance(c, ast.Constant) and c.value in texts for c in consts):
-                found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
-
-
 def test_no_module_compares_a_precision_with_its_text() -> None:
-    offenders = {
-        rel: hits
-        for path in PYTHON
-        if (rel := str(path.relative_to(ROOT))) != "src/gpulab/names.py"
-        and (hits := _text_compared(ast.parse(path.read_text(), str(path))))
-    }
-    assert offenders == {}
+    def compared(tree: ast.AST) -> list[str]:
+        return compared_with(tree, PRECISIONS)
+
+    assert offenders(compared, ["src/gpulab/names.py"]) == {}
     source = 'a = r.precision == "fp32"\nb = p in ("bf16", "fp16")\nc = "tf32" != q\nd = p is Precision.FP32\n'
-    assert len(_text_compared(ast.parse(source))) == 3
+    assert len(compared(ast.parse(source))) == 3
 
 
 @pytest.mark.parametrize("member", list(Precision), ids=str)

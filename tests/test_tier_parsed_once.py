@@ -27,9 +27,8 @@ from gpulab.names import (
 from gpulab.records import Report
 from gpulab.report.io import load_report
 from gpulab.validation.session import Options
+from vocabulary_reads import ROOT, offenders, text_reads
 
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = [*sorted((ROOT / "src" / "gpulab").rglob("*.py")), *sorted((ROOT / "validate").rglob("*.py"))]
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 EDGES = {
     "src/gpulab/names.py": "the parser",
@@ -40,31 +39,19 @@ EDGES = {
 
 def _tier_reads(tree: ast.AST) -> list[str]:
     """Code that reads a tier's text: the parser called (names.tier, ValidationTier.parse, ValidationTier("full")),
-    a membership test in the tier names, or the meaning looked up in the table by name."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            called = ast.unparse(node.func)
-            parser = called.endswith(("ValidationTier.parse", "ValidationTier.parse_reported"))
-            by_value = called.split(".")[-1] in ("ValidationTier", "ReportOrigin") and bool(node.args)
-            if parser or by_value or (called in ("names.tier", "tier") and bool(node.args)):
-                found.append(f"line {node.lineno}: {ast.unparse(node)}")
-        membership = isinstance(node, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
-        if membership and any(ast.unparse(c).split(".")[-1].endswith("TIERS") for c in node.comparators):
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-        if isinstance(node, ast.Subscript) and ast.unparse(node.value).split(".")[-1] == "TIER_TABLE":
-            found.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return found
+    a membership test in the tier names, or the meaning table used."""
+    return text_reads(
+        tree,
+        types=("ValidationTier", "ReportOrigin"),
+        parsers=("parse", "parse_reported"),
+        functions=("names.tier", "tier"),
+        names="TIERS",
+        table="TIER_TABLE",
+    )
 
 
 def test_no_module_but_the_edges_reads_a_tiers_text() -> None:
-    offenders = {
-        rel: hits
-        for path in PYTHON
-        if (rel := str(path.relative_to(ROOT))) not in EDGES
-        and (hits := _tier_reads(ast.parse(path.read_text(), str(path))))
-    }
-    assert offenders == {}
+    assert offenders(_tier_reads, EDGES) == {}
     assert all(_tier_reads(ast.parse((ROOT / rel).read_text(), rel)) for rel in EDGES)
 
 
