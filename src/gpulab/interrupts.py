@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, ModuleType
+from typing import Any
 
 STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
 PARENT_ENV = "GPULAB_STOP_WITH_PARENT"  # set by a parent for a child that must end when it does: the parent's pid
@@ -138,7 +139,7 @@ def _kill_left(processes: list[tuple[int, int]]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def stop_child(proc: subprocess.Popen[str], grace_s: float, signum: int = signal.SIGTERM) -> None:
+def stop_child(proc: subprocess.Popen[Any], grace_s: float, signum: int = signal.SIGTERM) -> None:
     """Stop a child and everything it started: `signum` to the child (it stops its own children as it does on that
     signal), up to `grace_s` for it to exit, then SIGKILL for it and for any process of its tree still there (its
     children in sessions of their own too). A second Ctrl-C or SIGTERM meanwhile waits for this to finish."""

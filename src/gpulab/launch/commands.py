@@ -309,8 +309,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_outputs(args)
     launch = launch_from_args(args, "sweep")
     check_launch(launch).prepare()
-    # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library, the
-    # pool workers forked from here) goes to stderr instead.
+    # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library) goes to
+    # stderr instead.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     load = LoadWatch(f"gpulab sweep {launch.cfg.workload}", calibrate_cpu=args.report is not None)
     with quiet, _status(f"sweep: {args.runs or args.gpus} runs of {launch.cfg.workload} over {args.gpus} devices"):

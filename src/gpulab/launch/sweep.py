@@ -1,15 +1,16 @@
 """A sweep: N independent runs of one workload, one process per GPU, started together, kept in a psweep database.
 
 Each run is `python -m gpulab.launch.sweep_worker` pinned to its GPU with CUDA_VISIBLE_DEVICES=<GPU UUID> (the
-CUDA ordinal when torch cannot tell the UUID); psweep (`psweep.run`, one pool worker per run) records every run
+CUDA ordinal when torch cannot tell the UUID); psweep (`psweep.run`, its runs handed to a thread per device,
+gpulab.launch.sweep_pool) records every run
 as a row of `<sweep-dir>/database.pk` (also written as database.json) with its run id (`_run_id`, shared by the
 runs of one sweep), pset id (`_pset_id`), host (`_exec_host`), runtime (`_pset_runtime`, seconds) and
 `failure` (None, or why the run failed); each run's run.json (its config), result.json and log.txt are in
 `<sweep-dir>/<pset id>/`.
 A later sweep into the same directory appends rows under a new run id.
 
-With more runs than GPUs (a multiple), each GPU runs its share one after another: psweep's pool has one worker
-per GPU and a run takes whichever GPU its worker holds (a file lock keeps two runs off one GPU).
+With more runs than GPUs (a multiple), each GPU runs its share one after another: the pool has one thread per GPU
+and a run takes whichever GPU is free (a file lock keeps two runs off one GPU).
 
 The sweep's Result: n = the GPUs used, value = the machine's throughput while every GPU runs (the samples/s of
 the runs on each GPU, averaged per GPU, added over the GPUs; with one run per GPU simply their sum), seconds =
@@ -27,14 +28,10 @@ import contextlib
 import fcntl
 import functools
 import json
-import multiprocessing.util
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +42,7 @@ from gpulab.launch import backends
 from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.planning import plan_batch
 from gpulab.launch.spec import Launch, TimedResult, WorkerMessage
+from gpulab.launch.sweep_pool import SweepPool
 from gpulab.records import Result, RunConfig, Spread
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
@@ -55,44 +53,11 @@ DATABASE = "database.pk"
 DATABASE_JSON = "database.json"
 
 
-class _PoolForks:
-    """Alive while psweep's pool runs the sweep: its forked workers set their stop signals (below)."""
-
-
-def _quiet_stop(signum: int, frame: Any) -> None:
-    # Once: the pool's SIGTERM after a Ctrl-C must not cut short the wait for the killed run (a zombie, a warning).
-    for other in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(other, signal.SIG_IGN)
-    raise SystemExit(128 + signum)  # out of subprocess.run (which kills the run it waits on), then a quiet exit
-
-
-def _unraisable(hook: Any) -> Any:
-    """sys.unraisablehook for a pool worker: a stop that came with the first (Ctrl-C and the pool's SIGTERM at once)
-    finds its signal ignored, and CPython reports it as "Signal 15 ignored due to race condition": that stop was
-    meant to be ignored, so it is not printed on the sweep's stderr; anything else goes to `hook`."""
-
-    def unraisable(info: Any) -> None:
-        if isinstance(info.exc_value, OSError) and "ignored due to race condition" in str(info.exc_value):
-            return
-        hook(info)
-
-    return unraisable
-
-
-def _pool_worker_signals(_: _PoolForks) -> None:
-    """In each pool worker: Ctrl-C at the terminal (the whole group) or the pool's terminate (SIGTERM) ends the worker
-    quietly and stops the run it waits on. Left alone, a KeyboardInterrupt escapes the pool's worker loop and
-    multiprocessing prints "Process ForkPoolWorker-N:" with a traceback; the sweep itself says "gpulab: interrupted"."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _quiet_stop)
-    sys.unraisablehook = _unraisable(sys.unraisablehook)
-
-
 @contextlib.contextmanager
 def _gpu_slot(slots: list[tuple[str, str]], lock_dir: Path) -> Iterator[tuple[int, str, str]]:
     """Hold one of the sweep's devices (slot, label, CUDA_VISIBLE_DEVICES value) for the length of one run.
 
-    The pool has one worker per device, so a worker always finds a free one; the lock keeps two runs off one GPU.
+    The pool has one thread per device, so a thread always finds a free one; the lock keeps two runs off one GPU.
     """
     while True:
         for k, slot in enumerate(slots):
@@ -114,13 +79,14 @@ def _gpu_slot(slots: list[tuple[str, str]], lock_dir: Path) -> Iterator[tuple[in
 def _sweep_run(
     pset: dict[str, Any],
     *,
+    pool: SweepPool,
     slots: list[tuple[str, str]],
     peers: int,
     work_dir: str,
     timeout_s: float,
     worker: str,
 ) -> dict[str, Any]:
-    """psweep's per-pset function (runs in a pool worker): start one run pinned to a free device, wait for it.
+    """psweep's per-pset function (on one of the pool's threads): start one run pinned to a free device, wait.
 
     The run's config (pset "config", JSON) is written to <sweep-dir>/<pset id>/run.json beside its result.
     """
@@ -131,8 +97,8 @@ def _sweep_run(
     ready = Path(work_dir) / "ready"
     failure: str | None = None
     with _gpu_slot(slots, Path(work_dir)) as (slot, label, visible):
-        # The run ends with this process (gpulab.interrupts.stop_with_parent), even one the pool's terminate stopped
-        # while it was starting the run: no run trains on after its sweep.
+        # The run ends with this process (gpulab.interrupts.stop_with_parent), killed outright too: no run trains on
+        # after its sweep.
         env = child_env(dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"])))
         env[SWEEP_PID_ENV] = str(os.getpid())  # the run stops if this process is gone (gpulab.launch.peers)
         cmd = [
@@ -147,13 +113,12 @@ def _sweep_run(
             f"--device-label={label}",
         ]
         started = time.time()
-        with log.open("w") as fh:
-            try:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s, env=env)
-                if proc.returncode != 0 or not out.exists():
-                    failure = f"exit {proc.returncode}: {_last_line(log)}"
-            except subprocess.TimeoutExpired:
-                failure = f"did not finish in {timeout_s:.0f} s"
+        with log.open("wb") as fh:
+            code = pool.run(cmd, env=env, log=fh, timeout_s=timeout_s)
+        if code is None:
+            failure = f"did not finish in {timeout_s:.0f} s"
+        elif code != 0 or not out.exists():
+            failure = f"exit {code}: {_last_line(log)}"
         ended = time.time()
     facts = {"slot": slot, "device": label, "visible": visible, "started": started, "ended": ended}
     if failure is not None:
@@ -250,9 +215,10 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
     config = json.dumps(message.to_dict())
     psets = _psets(cfg, plan.per_device, runs, threads, config)
     sampler = Sampler(backend.nvml_indices(ordinals)) if launch.telemetry and ordinals else None
-    with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir:
+    with tempfile.TemporaryDirectory(prefix=".gpulab-sweep-", dir=sweep_dir) as work_dir, SweepPool(gpus) as pool:
         func = functools.partial(
             _sweep_run,
+            pool=pool,
             slots=slots,
             peers=min(runs, gpus),
             work_dir=work_dir,
@@ -262,18 +228,11 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
         start = time.perf_counter()
         if sampler is not None:
             sampler.start()
-        forks = _PoolForks()  # registered while it lives: the pool's forks only, not later ones (a DataLoader's)
-        multiprocessing.util.register_after_fork(forks, _pool_worker_signals)
         try:
-            with warnings.catch_warnings():
-                # psweep's pool forks this (multi-threaded: CUDA, the sampler) process; Python 3.12+ warns about
-                # that. Its workers only start a subprocess and wait, touching no lock those threads hold.
-                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-                df = psweep.run(
-                    func, _with_columns(psets, before), df=before, poolsize=gpus, calc_dir=str(sweep_dir), save=False
-                )
+            df = psweep.run(
+                func, _with_columns(psets, before), df=before, dask_client=pool, calc_dir=str(sweep_dir), save=False
+            )
         finally:
-            del forks
             if sampler is not None:
                 sampler.stop()
         wall = time.perf_counter() - start

@@ -59,7 +59,7 @@ def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stop_with_parent(signal.SIGKILL)  # a sweep's run ends with the pool worker waiting for it
+    stop_with_parent(signal.SIGKILL)  # a sweep's run ends with the sweep, killed outright too
     parser = argparse.ArgumentParser(description="one run of a gpulab sweep (started by gpulab sweep)")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)

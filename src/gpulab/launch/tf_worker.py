@@ -148,7 +148,7 @@ def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], repli
 
 
 def main(argv: list[str] | None = None) -> None:
-    stop_with_parent(signal.SIGKILL)  # the run ends with the process waiting for it (gpulab, a sweep's pool worker)
+    stop_with_parent(signal.SIGKILL)  # the run ends with the process waiting for it (gpulab run, gpulab sweep)
     parser = argparse.ArgumentParser(description="one TensorFlow run of gpulab (started by gpulab run/sweep)")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
