@@ -8,7 +8,7 @@ import pytest
 
 from gpulab import compat
 from gpulab.hw.discover import fingerprint
-from gpulab.names import Precision
+from gpulab.names import CommBackend, Launcher, Precision
 from gpulab.probes import judge, torch_probes
 from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
 from gpulab.records import Result
@@ -30,7 +30,10 @@ def test_cpu_copy_is_well_formed():
 
 def test_allreduce_over_gloo_is_correct():
     r = run_allreduce(2, mib=4, iters=3)
-    assert r.launcher == ("nccl" if torch.cuda.is_available() else "gloo")
+    # from report /5 the probe's launcher is ddp (torchrun's process group) and its transport the comm_backend
+    assert r.launcher is Launcher.DDP and r.comm_backend is (
+        CommBackend.NCCL if torch.cuda.is_available() else CommBackend.GLOO
+    )
     assert r.n == 2 and r.params["correct"] is True
     # the median window's bus bandwidth, each window as long as its slowest rank
     assert r.value == pytest.approx(bus_bandwidth(r.params["algbw_gbs"], 2))
