@@ -8,7 +8,7 @@ import pytest
 
 from gpulab import compat
 from gpulab.hw.discover import fingerprint
-from gpulab.names import CommBackend, Launcher, Precision
+from gpulab.names import CommBackend, Framework, Launcher, Precision
 from gpulab.probes import judge, torch_probes
 from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
 from gpulab.records import Result
@@ -101,8 +101,8 @@ def test_allreduce_judged_against_nvlink_when_linked(h200):
     gpu, spec = h200
     r = Result(
         workload="allreduce",
-        framework="torch",
-        launcher="nccl",
+        framework=Framework.TORCH,
+        launcher=Launcher.DDP,
         n=4,
         precision=Precision.FP32,
         value=338,
@@ -142,7 +142,7 @@ def test_nccl_tests_and_torch_all_reduce_are_two_checks(h200):
 
     gpu, spec = h200
     theirs = parse_all_reduce_json(json.loads(NCCL_JSON.read_text()), str(NCCL_JSON))
-    ours = dataclasses.replace(theirs, framework="torch", launcher="nccl")
+    ours = dataclasses.replace(theirs, framework=Framework.TORCH)  # the same row by torch's own probe
     names = [judge.check(r, judge.expectation(r, gpu, spec, nvlink=True), "all-reduce").name for r in (ours, theirs)]
     assert names == ["probe.allreduce.fp32[4 devices]", "probe.allreduce.nccl_tests.fp32[4 devices]"]
 
