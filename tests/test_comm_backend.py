@@ -15,7 +15,7 @@ from gpulab.cli import build_parser
 from gpulab.errors import GpulabError, UnknownValue
 from gpulab.launch.planning import plan_batch
 from gpulab.launch.spec import WorkerMessage
-from gpulab.names import COMM_BACKENDS, CommBackend
+from gpulab.names import COMM_BACKENDS, CommBackend, Launcher
 from gpulab.records import READABLE_SCHEMAS, SCHEMA_ID, Result, RunConfig
 from gpulab.report.compare import compare
 from gpulab.report.io import ReportError, load_report, report_from_data, schema_errors, write_report
@@ -24,6 +24,7 @@ from report_builders import sample_report
 from vocabulary_reads import compared_with, offenders
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
+BEFORE_V5 = "gpulab.report/4"  # the version that moved a DDP row's backend into comm_backend
 # The recorded reports whose DDP rows carry params.backend: a /1 and a /3 one
 OLD_DDP_REPORTS = [REPORTS / "h200x4-standard.json", REPORTS / "h200x2-standard-a.json"]
 
@@ -107,16 +108,18 @@ def test_an_older_reports_ddp_rows_read_their_backend_from_params(path):
     for row, result in zip(raw["results"], report.results, strict=True):
         old = (row.get("params") or {}).get("backend")
         moved = row["launcher"] == "ddp" and old is not None
-        assert result.comm_backend == (CommBackend.parse(old) if moved else None)
+        probe = row["launcher"] in COMM_BACKENDS  # before /5 an all-reduce probe's launcher was its transport
+        expected = CommBackend.parse(old) if moved else CommBackend.parse(row["launcher"]) if probe else None
+        assert result.comm_backend == expected
         assert "backend" not in result.params or not moved
-        assert result.key() == _key(row)  # compare's key is the row's, as before
+        assert result.key() == _key(row)  # compare's key is the row's, the probe's transport shown with ddp
     assert any(r.comm_backend is CommBackend.NCCL for r in report.results)
 
 
 @pytest.mark.parametrize("path", OLD_DDP_REPORTS, ids=lambda p: p.stem)
 def test_an_older_report_shows_and_compares_as_before(tmp_path, path):
     as_written = json.loads(path.read_text())
-    as_written["schema"] = SCHEMA_ID  # read without the move: params.backend stays where the run wrote it
+    as_written["schema"] = BEFORE_V5  # read without the /4 move: params.backend stays where the run wrote it
     before, now = report_from_data(as_written), load_report(path)
     assert to_markdown(now) == to_markdown(before)
     again = load_report(write_report(copy.deepcopy(now), tmp_path / "r.json"))  # written as the current version
@@ -135,15 +138,21 @@ def test_a_current_reports_params_are_left_as_written():
 
 
 def _key(row: dict) -> tuple:
+    """A row's key as written before /5: an all-reduce probe's launcher, its transport, is read as "ddp · nccl"."""
     params = row.get("params") or {}
     series = f"{row['workload']} (epochs)" if params.get("mode") == "epochs" else row["workload"]
-    return (series, row["framework"], row["launcher"], row["n"], row["precision"], row.get("device") or "")
+    launcher = f"ddp · {row['launcher']}" if row["launcher"] in COMM_BACKENDS else row["launcher"]
+    return (series, row["framework"], launcher, row["n"], row["precision"], row.get("device") or "")
 
 
 def test_a_report_written_on_two_h200s_names_nccl_on_its_ddp_rows():
     """A standard-tier run on a fresh 2x H200 machine (schema /4): the DDP rows name their backend in its field."""
     raw = json.loads((REPORTS / "h200x2-standard-v4.json").read_text())
-    assert raw["schema"] == SCHEMA_ID and schema_errors(raw) == []
-    ddp = [r for r in load_report(REPORTS / "h200x2-standard-v4.json").results if r.launcher == "ddp"]
+    assert raw["schema"] == BEFORE_V5 and schema_errors(raw) == []
+    rows = load_report(REPORTS / "h200x2-standard-v4.json").results
+    ddp = [r for r in rows if r.launcher == "ddp" and not r.measures_transport()]
     assert [(r.n, r.comm_backend) for r in ddp] == [(1, CommBackend.NCCL), (2, CommBackend.NCCL)]
+    # its all-reduce probe's row named nccl as its launcher, read as /5 writes it: ddp with nccl as its transport
+    probe = [(r.launcher, r.comm_backend, r.launched()) for r in rows if r.measures_transport()]
+    assert probe == [(Launcher.DDP, CommBackend.NCCL, "ddp · nccl")]
     assert not any("backend" in r.params for r in ddp)

@@ -12,6 +12,7 @@ import pytest
 from gpulab.cli import main
 from gpulab.errors import GpulabError
 from gpulab.launch.commands import append_results, parse_params
+from gpulab.names import Framework, Launcher, Precision
 from gpulab.records import Report, Result, Scaling
 from gpulab.report.io import load_report, write_report
 from test_launch_stub import BUILDER
@@ -46,9 +47,10 @@ def test_run_prints_json_and_passes_params(capsys):
 
 def test_appending_keeps_expected_efficiencies(tmp_path):
     path = tmp_path / "report.json"
-    gpu = Result("resnet50", "torch", "gpu", 1, "bf16", 100.0, "samples/s", devices=["cuda:0"])
-    ddp = Result("resnet50", "torch", "ddp", 2, "bf16", 196.0, "samples/s", devices=["cuda:0", "cuda:1"])
-    old = Scaling("resnet50", "torch", "ddp", "bf16", 2, 150.0, 1.5, 0.75, expected=0.98, expected_source="ref")
+    torch_, gpu_, ddp_, bf16 = Framework.TORCH, Launcher.GPU, Launcher.DDP, Precision.BF16
+    gpu = Result("resnet50", torch_, gpu_, 1, bf16, 100.0, "samples/s", devices=["cuda:0"])
+    ddp = Result("resnet50", torch_, ddp_, 2, bf16, 196.0, "samples/s", devices=["cuda:0", "cuda:1"])
+    old = Scaling("resnet50", torch_, ddp_, bf16, 2, 150.0, 1.5, 0.75, expected=0.98, expected_source="ref")
     write_report(Report(fingerprint={"host": {"hostname": "h"}}, results=[gpu], scaling=[old]), path)
     report = append_results(path, [ddp])
     (row,) = report.scaling

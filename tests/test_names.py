@@ -82,14 +82,15 @@ def test_one_tier_table():
 def test_the_report_schema_takes_its_names_from_gpulab_names():
     defs = _schema()["$defs"]
     assert defs["tier_name"]["enum"] == list(names.REPORT_TIERS)
-    assert defs["launcher_name"]["enum"] == list(names.REPORT_LAUNCHERS)
+    assert defs["launcher_name"]["enum"] == list(names.LAUNCHERS) == [m.value for m in names.Launcher]
+    assert defs["reported_launcher_name"]["enum"] == list(names.REPORT_LAUNCHERS)
     assert defs["comm_backend_name"]["enum"] == list(names.COMM_BACKENDS) == [b.value for b in names.CommBackend]
     assert defs["precision_name"]["enum"] == list(names.REPORT_PRECISIONS)
     assert defs["framework_name"]["pattern"] == names.FRAMEWORK_PATTERN
     assert all(re.match(names.FRAMEWORK_PATTERN, f) for f in (*names.FRAMEWORKS, "nccl-tests"))
-    for key in ("result", "scaling"):
+    for key, launcher in (("result", "reported_launcher_name"), ("scaling", "launcher_name")):
         props = defs[key]["properties"]
-        assert props["launcher"] == {"$ref": "#/$defs/launcher_name"}
+        assert props["launcher"] == {"$ref": f"#/$defs/{launcher}"}
         assert props["precision"] == {"$ref": "#/$defs/precision_name"}
 
 

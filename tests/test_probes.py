@@ -8,7 +8,7 @@ import pytest
 
 from gpulab import compat
 from gpulab.hw.discover import fingerprint
-from gpulab.names import Precision
+from gpulab.names import CommBackend, Framework, Launcher, Precision
 from gpulab.probes import judge, torch_probes
 from gpulab.probes.allreduce import bus_bandwidth, run_allreduce
 from gpulab.records import Result
@@ -30,7 +30,10 @@ def test_cpu_copy_is_well_formed():
 
 def test_allreduce_over_gloo_is_correct():
     r = run_allreduce(2, mib=4, iters=3)
-    assert r.launcher == ("nccl" if torch.cuda.is_available() else "gloo")
+    # from report /5 the probe's launcher is ddp (torchrun's process group) and its transport the comm_backend
+    assert r.launcher is Launcher.DDP and r.comm_backend is (
+        CommBackend.NCCL if torch.cuda.is_available() else CommBackend.GLOO
+    )
     assert r.n == 2 and r.params["correct"] is True
     # the median window's bus bandwidth, each window as long as its slowest rank
     assert r.value == pytest.approx(bus_bandwidth(r.params["algbw_gbs"], 2))
@@ -98,8 +101,8 @@ def test_allreduce_judged_against_nvlink_when_linked(h200):
     gpu, spec = h200
     r = Result(
         workload="allreduce",
-        framework="torch",
-        launcher="nccl",
+        framework=Framework.TORCH,
+        launcher=Launcher.DDP,
         n=4,
         precision=Precision.FP32,
         value=338,
@@ -139,7 +142,7 @@ def test_nccl_tests_and_torch_all_reduce_are_two_checks(h200):
 
     gpu, spec = h200
     theirs = parse_all_reduce_json(json.loads(NCCL_JSON.read_text()), str(NCCL_JSON))
-    ours = dataclasses.replace(theirs, framework="torch", launcher="nccl")
+    ours = dataclasses.replace(theirs, framework=Framework.TORCH)  # the same row by torch's own probe
     names = [judge.check(r, judge.expectation(r, gpu, spec, nvlink=True), "all-reduce").name for r in (ours, theirs)]
     assert names == ["probe.allreduce.fp32[4 devices]", "probe.allreduce.nccl_tests.fp32[4 devices]"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.names import Precision
+from gpulab.names import Framework, Launcher, Precision
 from gpulab.records import Result
 from gpulab.report.scaling import scaling, speedups
 
@@ -14,7 +14,9 @@ def row(
 ):
     if devices is None:
         devices = ["cpu"] if launcher == "cpu" else [f"cuda:{k}" for k in range(n)]
-    return Result(workload, framework, launcher, n, precision, value, unit, devices=devices)
+    return Result(
+        workload, Framework.parse(framework), Launcher.parse(launcher), n, precision, value, unit, devices=devices
+    )
 
 
 def by_pair(items):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpulab.hw.discover import fingerprint
+from gpulab.names import Framework, Launcher
 from gpulab.records import Result, RunConfig
 from gpulab.report import spread
 
@@ -42,8 +43,8 @@ def _row(launcher: str, framework: str, cfg: RunConfig, n: int, value: float, se
     devices = ["cpu"] if on_cpu else [f"cuda:{k}" for k in range(n)]
     return Result(
         cfg.workload,
-        framework,
-        launcher,
+        Framework.parse(framework),
+        Launcher.parse(launcher),
         n,
         cfg.precision,
         value,

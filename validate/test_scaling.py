@@ -15,6 +15,7 @@ import pytest
 
 from gpulab.launch import Launch, run_dataparallel, run_ddp_pair, run_sweep
 from gpulab.launch.measuring import WINDOWS
+from gpulab.names import Launcher
 from gpulab.records import Check, RunConfig
 from gpulab.report import spread
 from gpulab.validation import remeasure, verdicts
@@ -29,7 +30,7 @@ def plans(nvlink=True, precision_plan=None):
 
 def _sweep(cfg, gpus, sweep_dir, *, first_gpu=0, telemetry=True):
     """One run per GPU of `gpus` from cuda:`first_gpu`, all at once: a sweep row."""
-    launch = Launch(cfg, launcher="sweep", gpus=gpus, runs=gpus, sweep_dir=sweep_dir, telemetry=telemetry)
+    launch = Launch(cfg, launcher=Launcher.SWEEP, gpus=gpus, runs=gpus, sweep_dir=sweep_dir, telemetry=telemetry)
     return run_sweep(launch, first_gpu=first_gpu)
 
 
@@ -57,7 +58,7 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
     cfg = RunConfig(plan.workload, precision=plan.precision, channels_last=plan.channels_last, size=workload_size)
     n = len(lab.gpus)
     name = f"scaling.{plan.launcher}[{plan.workload},{n}]"
-    if plan.launcher == "sweep":
+    if plan.launcher == Launcher.SWEEP:
         # One run per GPU together against the same runs one at a time, each still on its own GPU: both sides use
         # the same GPUs, so only running together differs (a 2x H200 pair's GPUs ran this workload 8 % apart, which
         # the one-GPU side, all on GPU 0, turned into 110 % efficiency). Each run's timed windows (after its
@@ -85,7 +86,7 @@ def test_scaling(lab, verdict, workload_size, one_gpu_baseline, plan_id):
 
         verdict(remeasure.settle(judge, again))
         return
-    if plan.launcher == "ddp":
+    if plan.launcher == Launcher.DDP:
         cfg = replace(cfg, batch=plan.batch or cfg.batch, steps=plan.steps or cfg.steps)
         base, many = _ddp(cfg, n, 1)
         for row in (base, many):

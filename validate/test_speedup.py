@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from gpulab.names import Framework
 from gpulab.validation import known_good, remeasure, verdicts
 from gpulab.validation.baselines import measure_on_first_gpu
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, speedup_config
@@ -44,4 +45,4 @@ def test_gpu_against_known_good(lab, verdict, one_gpu_baseline, workload, worklo
         host = lab.report.fingerprint.get("host")
         return known_good.judge(model, result, host=host, contention=lab.host_contention())
 
-    verdict(remeasure.settle(judge, lambda: remeasure.merge_into(result, measure_on_first_gpu(cfg, "torch"))))
+    verdict(remeasure.settle(judge, lambda: remeasure.merge_into(result, measure_on_first_gpu(cfg, Framework.TORCH))))

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from gpulab.checks import health
+from gpulab.names import Framework
 from gpulab.report import spread
 from gpulab.validation import verdicts
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirrored_floor, speedup_config
@@ -13,6 +14,8 @@ from gpulab.validation.expectations import SPEEDUP_WORKLOADS, cpu_config, mirror
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: install gpulab[tf] to run the TensorFlow rows")
 
 from gpulab.launch.tf_launch import run_mirrored
+
+TF = Framework.TENSORFLOW
 
 
 @pytest.mark.gpu
@@ -26,9 +29,7 @@ def test_tensorflow_sees_gpus(lab, verdict):
 @pytest.mark.parametrize("threads", ["1", "all"])
 def test_tf_cpu(lab, verdict, cpu_rows, workload, threads, workload_size):
     n = 1 if threads == "1" else (os.cpu_count() or 1)
-    (result,) = cpu_rows(
-        cpu_config(speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)), "tensorflow", threads=n
-    )
+    (result,) = cpu_rows(cpu_config(speedup_config(workload, workload_size, TF, lab.precision_plan)), TF, threads=n)
     verdict(verdicts.cpu_row(result))
 
 
@@ -36,9 +37,9 @@ def test_tf_cpu(lab, verdict, cpu_rows, workload, threads, workload_size):
 @pytest.mark.live
 @pytest.mark.parametrize("workload", SPEEDUP_WORKLOADS)
 def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, workload_size):
-    cfg = speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)
-    result = one_gpu_baseline(cfg, "tensorflow")
-    verdict(verdicts.gpu_over_cpu(lab, result, cpu_rows(cpu_config(cfg), "tensorflow")))
+    cfg = speedup_config(workload, workload_size, TF, lab.precision_plan)
+    result = one_gpu_baseline(cfg, TF)
+    verdict(verdicts.gpu_over_cpu(lab, result, cpu_rows(cpu_config(cfg), TF)))
 
 
 @pytest.mark.multi_gpu
@@ -46,8 +47,8 @@ def test_tf_gpu_over_cpu(lab, verdict, one_gpu_baseline, cpu_rows, workload, wor
 @pytest.mark.parametrize("workload", ("resnet50", "cifar10"))
 def test_tf_mirrored_scaling(lab, verdict, one_gpu_baseline, workload, workload_size):
     n = len(lab.gpus)
-    cfg = speedup_config(workload, workload_size, "tensorflow", lab.precision_plan)
-    one = one_gpu_baseline(cfg, "tensorflow")  # the speedup test's one-GPU row when it ran first, else measured now
+    cfg = speedup_config(workload, workload_size, TF, lab.precision_plan)
+    one = one_gpu_baseline(cfg, TF)  # the speedup test's one-GPU row when it ran first, else measured now
     result = run_mirrored(cfg, n)
     lab.record_result(result)
     name = f"scaling.tf_mirrored[{workload},{n}]"

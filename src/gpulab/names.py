@@ -21,7 +21,7 @@ import dataclasses
 import enum
 import re
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import ClassVar, TypeAlias
 
 from gpulab.errors import GpulabError, UnknownValue
 
@@ -298,17 +298,90 @@ COMM_BACKENDS: tuple[str, ...] = tuple(b.value for b in CommBackend)
 
 
 # -- launchers and frameworks --------------------------------------------------------------------------------
-ONE_DEVICE_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu")
-MULTI_GPU_LAUNCHERS: tuple[str, ...] = ("ddp", "dataparallel", "mirrored", "sweep")
-RUN_LAUNCHERS: tuple[str, ...] = ("cpu", "gpu", "ddp", "dataparallel", "mirrored")  # `gpulab run --launcher`
-LAUNCHERS: tuple[str, ...] = (*ONE_DEVICE_LAUNCHERS, *MULTI_GPU_LAUNCHERS)
-PROBE_LAUNCHERS: tuple[str, ...] = COMM_BACKENDS  # the all-reduce probes' launcher is their transport
-REPORT_LAUNCHERS: tuple[str, ...] = (*LAUNCHERS, *PROBE_LAUNCHERS)
+class Launcher(str, enum.Enum):
+    """How a run's processes start and use their devices: `cpu` (threads), `gpu` (one GPU), `ddp` (one process
+    per device in a torch.distributed process group, as torchrun starts them: DDP and the all-reduce probes),
+    `dataparallel` (one process over several GPUs), `mirrored` (TensorFlow's MirroredStrategy) and `sweep`
+    (independent runs, one per device). A str, so that JSON, dict keys and `== "ddp"` see its value; parsed here
+    only: `Launcher.parse` at the edges (`gpulab run --launcher`, a study file and its database's rows, a report
+    row, a child process's Result, the shipped known-good table)."""
 
-# Frameworks the launchers know by default; a backend module may add its own (gpulab.launch.backends).
-FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
-DEFAULT_FRAMEWORK = "torch"
+    CPU = "cpu"
+    GPU = "gpu"
+    DDP = "ddp"
+    DATAPARALLEL = "dataparallel"
+    MIRRORED = "mirrored"
+    SWEEP = "sweep"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def one_device(self) -> bool:
+        """Runs on one device (a GPU, or a CPU's threads)."""
+        return self in (Launcher.CPU, Launcher.GPU)
+
+    @property
+    def multi_gpu(self) -> bool:
+        """Spreads a run, or runs, over several devices."""
+        return not self.one_device
+
+    @property
+    def runs(self) -> bool:
+        """Taken by `gpulab run --launcher` (a sweep is `gpulab sweep`)."""
+        return self != Launcher.SWEEP
+
+    @classmethod
+    def parse(cls, value: object, what: str = "launcher", *, run: bool = False) -> Launcher:
+        """The launcher `value` names (exactly its value; `run`: one `gpulab run` takes), or errors.UnknownValue
+        naming `what`, the value and the choices."""
+        if isinstance(value, str) and value in (RUN_LAUNCHERS if run else LAUNCHERS):
+            return value if isinstance(value, Launcher) else cls(value)
+        raise UnknownValue(what, value, RUN_LAUNCHERS if run else LAUNCHERS)
+
+
+# The launchers' values, as the parser's choices and the schema's enum list them
+LAUNCHERS: tuple[str, ...] = tuple(launcher.value for launcher in Launcher)
+RUN_LAUNCHERS: tuple[str, ...] = tuple(launcher.value for launcher in Launcher if launcher.runs)  # `gpulab run`
+# Reports before /5 named the all-reduce probes' launcher by their transport; read as Launcher.DDP with it as the
+# row's comm_backend (gpulab.records.report), never written again.
+OLD_PROBE_LAUNCHERS: tuple[str, ...] = COMM_BACKENDS
+REPORT_LAUNCHERS: tuple[str, ...] = (*LAUNCHERS, *OLD_PROBE_LAUNCHERS)  # what a result row of any version may name
+
 FRAMEWORK_PATTERN = r"^[a-z][a-z0-9_-]*$"  # what a report accepts (nccl-tests' probe results included)
+
+
+class Framework(str):
+    """A framework's name: torch, tensorflow, one a launch backend adds (gpulab.launch.backends), or a probe
+    tool's (nccl-tests). An open set, so a str checked against FRAMEWORK_PATTERN rather than an enum; JSON, dict
+    keys and `==` see its text. Parsed here only: `Framework.parse` at the edges (`--framework`, the backends'
+    registry, a study file, a report row and a child process's Result)."""
+
+    __slots__ = ()
+    TORCH: ClassVar[Framework]
+    TENSORFLOW: ClassVar[Framework]
+    NCCL_TESTS: ClassVar[Framework]
+
+    @classmethod
+    def parse(cls, value: object, what: str = "framework") -> Framework:
+        """`value` as a Framework when it is a framework's name (FRAMEWORK_PATTERN), else a GpulabError naming
+        `what`, the value and how a name is written."""
+        if isinstance(value, Framework):
+            return value
+        if isinstance(value, str) and re.fullmatch(FRAMEWORK_PATTERN, value):
+            return cls(value)
+        raise GpulabError(
+            f"{what} {value!r} is not a framework's name: write it in lower case, a letter first, then letters, "
+            f"digits, '-' or '_' ({FRAMEWORK_PATTERN}), e.g. torch, tensorflow or nccl-tests"
+        )
+
+
+Framework.TORCH = Framework("torch")
+Framework.TENSORFLOW = Framework("tensorflow")
+Framework.NCCL_TESTS = Framework("nccl-tests")  # NVIDIA's nccl-tests: a probe tool's rows, no launch backend
+# Frameworks the launchers know by default; a backend module may add its own (gpulab.launch.backends).
+FRAMEWORKS: tuple[Framework, ...] = (Framework.TORCH, Framework.TENSORFLOW)
+DEFAULT_FRAMEWORK = Framework.TORCH
 
 BATCH_POLICIES: tuple[str, ...] = ("per_device", "global")
 

@@ -4,7 +4,7 @@
     from gpulab.names import Precision
     from gpulab.records import RunConfig
 
-    result = start(Launch(RunConfig("resnet50", precision=Precision.BF16, batch=256), launcher="ddp", gpus=4))
+    result = start(Launch(RunConfig("resnet50", precision=Precision.BF16, batch=256), launcher=Launcher.DDP, gpus=4))
 
 `start` asks the framework's backend (gpulab.launch.backends: torch, tensorflow, or one a package declares) to
 run the launcher, or runs a sweep of the backend's worker processes. The torch launchers are also callable

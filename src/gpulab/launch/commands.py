@@ -24,7 +24,7 @@ from gpulab.launch import backends, progress
 from gpulab.launch.advice import gpu_busy_advice
 from gpulab.launch.dispatch import check_launch, start
 from gpulab.launch.spec import Launch
-from gpulab.names import BATCH_POLICIES, COMM_BACKENDS, RUN_LAUNCHERS, SIZES, CommBackend, Precision
+from gpulab.names import BATCH_POLICIES, COMM_BACKENDS, SIZES, CommBackend, Framework, Launcher, Precision
 from gpulab.progress_line import ProgressLine
 from gpulab.records import Result, RunConfig
 from gpulab.report.append import append_results
@@ -156,8 +156,8 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def describe(result: Result) -> str:
-    where = f"{result.launcher}×{result.n}" if result.launcher != "cpu" else f"cpu ({result.n} threads)"
-    if result.comm_backend is CommBackend.GLOO or (result.launcher == "sweep" and result.devices[:1] == ["cpu"]):
+    where = f"{result.launcher}×{result.n}" if result.launcher != Launcher.CPU else f"cpu ({result.n} threads)"
+    if result.comm_backend is CommBackend.GLOO or (result.launcher == Launcher.SWEEP and result.devices[:1] == ["cpu"]):
         where += " on CPU processes"
     batch = f"batch {result.batch}/device, " if result.batch else ""
     return (
@@ -222,7 +222,7 @@ def _status(text: str) -> Any:
     return Console(stderr=True).status(text, spinner="dots")
 
 
-def launch_from_args(args: argparse.Namespace, launcher: str) -> Launch:
+def launch_from_args(args: argparse.Namespace, launcher: Launcher) -> Launch:
     """The Launch the command line describes (`launcher` "sweep" for `gpulab sweep`)."""
     return Launch(
         cfg=config_from_args(args),
@@ -239,7 +239,7 @@ def launch_from_args(args: argparse.Namespace, launcher: str) -> Launch:
         telemetry=not args.no_telemetry,
         sweep_dir=getattr(args, "sweep_dir", None),
         runs=getattr(args, "runs", None),
-        epochs=epochs_from_args(args) if launcher != "sweep" else None,
+        epochs=epochs_from_args(args) if launcher != Launcher.SWEEP else None,
     )
 
 
@@ -307,7 +307,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import contextlib
 
     check_outputs(args)
-    launch = launch_from_args(args, "sweep")
+    launch = launch_from_args(args, Launcher.SWEEP)
     check_launch(launch).prepare()
     # With --json, stdout carries the JSON document alone: anything printed on the way (psweep, a library) goes to
     # stderr instead.
@@ -347,6 +347,22 @@ def _comm_backend(text: str) -> CommBackend:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _framework(text: str) -> Framework:
+    """--framework: a framework's name, read by its one parser (argparse then checks it is one a backend runs)."""
+    try:
+        return Framework.parse(text)
+    except GpulabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _launcher(text: str) -> Launcher:
+    """--launcher: one `gpulab run` takes, read by the vocabulary's one parser (argparse shows the message)."""
+    try:
+        return Launcher.parse(text, run=True)
+    except GpulabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _precision(text: str) -> Precision:
     """--precision: read by the vocabulary's one parser (argparse shows the message on a bad one)."""
     try:
@@ -373,6 +389,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--framework",
+        type=_framework,
         choices=backends.available(),
         default=names.DEFAULT_FRAMEWORK,
         help="torch (default), tensorflow (tf.keras; each run in a fresh process, GPU memory growth on), or a "
@@ -436,7 +453,13 @@ def add_commands(sub: Any) -> None:
         ),
     )
     _common(run)
-    run.add_argument("--launcher", choices=RUN_LAUNCHERS, default="gpu", help="how to run it (default gpu)")
+    run.add_argument(
+        "--launcher",
+        type=_launcher,
+        choices=tuple(launcher for launcher in Launcher if launcher.runs),
+        default=Launcher.GPU,
+        help="how to run it (default gpu)",
+    )
     run.add_argument("--gpus", type=_positive, default=1, help="GPUs for ddp/dataparallel (CPU processes without GPUs)")
     run.add_argument("--index", type=_non_negative, default=0, help="which GPU for --launcher gpu (default 0)")
     run.add_argument(

@@ -25,7 +25,7 @@ from gpulab.launch.measuring import LoopTiming, make_result, nvml_indices, run_p
 from gpulab.launch.planning import check_config, plan_batch
 from gpulab.launch.spec import WorkerMessage
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, Launcher
 from gpulab.records import Result, RunConfig, TelemetrySummary
 from gpulab.telemetry import Sampler
 
@@ -99,7 +99,7 @@ def run_ddp(
     check_config(cfg, builder)
     backend = ddp_comm_backend(nprocs, comm_backend, threads)
     plan = plan_batch(cfg, nprocs, batch_policy, scale_lr)
-    message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend)
+    message = WorkerMessage(cfg, plan, Launcher.DDP, builder=builder, threads=threads, comm_backend=backend)
     data, sampler = run_ddp_workers(
         message, nprocs, what="DDP", prefix="gpulab-ddp-", telemetry=telemetry, timeout_s=timeout_s
     )
@@ -133,7 +133,7 @@ def run_ddp(
         extra["telemetry_overhead_pct"] = round(100 * (sampler.overhead() or 0.0), 3)
     return make_result(
         cfg,
-        launcher="ddp",
+        launcher=Launcher.DDP,
         n=nprocs,
         samples=timing.samples,
         seconds=slowest,
@@ -180,7 +180,9 @@ def run_ddp_pair(
     backend = ddp_comm_backend(nprocs, comm_backend, threads)
     plan = plan_batch(cfg, nprocs, "per_device", False)
     extra = {"paired": True, **({"windows": windows} if windows else {})}
-    message = WorkerMessage(cfg, plan, "ddp", builder=builder, threads=threads, comm_backend=backend, extra=extra)
+    message = WorkerMessage(
+        cfg, plan, Launcher.DDP, builder=builder, threads=threads, comm_backend=backend, extra=extra
+    )
     data, sampler = run_ddp_workers(
         message, nprocs, what="DDP 1 vs N", prefix="gpulab-ddp-pair-", telemetry=telemetry, timeout_s=timeout_s
     )
@@ -219,7 +221,7 @@ def run_ddp_pair(
         rows.append(
             make_result(
                 cfg,
-                launcher="ddp",
+                launcher=Launcher.DDP,
                 n=n,
                 samples=timing.samples,
                 seconds=timing.seconds,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
-from gpulab import names
 from gpulab.errors import GpulabError
 from gpulab.launch import backends
 from gpulab.launch.spec import Launch
+from gpulab.names import Framework, Launcher
 from gpulab.records import Result
 
 
@@ -21,7 +19,7 @@ def check_launch(launch: Launch) -> backends.Backend:
         raise GpulabError(
             f"--epochs trains with --framework {backend.name} --launcher {launchers}, not --launcher {launch.launcher}"
         )
-    if launch.launcher == "sweep":
+    if launch.launcher == Launcher.SWEEP:
         return backend
     if launch.launcher not in backend.launchers:
         offered = [f for f in backends.available() if launch.launcher in _launchers(f)]
@@ -29,7 +27,7 @@ def check_launch(launch: Launch) -> backends.Backend:
         raise GpulabError(
             f"--framework {backend.name} runs --launcher {', '.join(backend.launchers)}, not {launch.launcher}{hint}"
         )
-    if launch.launcher in names.ONE_DEVICE_LAUNCHERS:
+    if launch.launcher.one_device:
         if launch.batch_policy != "per_device" or launch.scale_lr:
             raise GpulabError(
                 f"--batch-policy/--scale-lr split a batch over devices; --launcher {launch.launcher} has one"
@@ -39,7 +37,7 @@ def check_launch(launch: Launch) -> backends.Backend:
     return backend
 
 
-def _launchers(framework: str) -> tuple[str, ...]:
+def _launchers(framework: Framework) -> tuple[Launcher, ...]:
     try:
         return backends.get(framework).launchers
     except GpulabError:
@@ -48,8 +46,8 @@ def _launchers(framework: str) -> tuple[str, ...]:
 
 def start(launch: Launch) -> Result:
     backend = check_launch(launch)
-    if launch.launcher != "sweep":
+    if launch.launcher != Launcher.SWEEP:
         return backend.run(launch)
     from gpulab.launch.sweep import run_sweep
 
-    return run_sweep(dataclasses.replace(launch, framework=backend.name))
+    return run_sweep(launch)

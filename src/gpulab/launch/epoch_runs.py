@@ -15,7 +15,7 @@ from gpulab.errors import GpulabError
 from gpulab.launch.measuring import launch_params, make_result
 from gpulab.launch.planning import BatchPlan, check_config, plan_batch
 from gpulab.launch.spec import Launch, WorkerMessage
-from gpulab.names import CommBackend
+from gpulab.names import CommBackend, Framework, Launcher
 from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec, current_listener
 from gpulab.training.loop import train_epochs
@@ -31,13 +31,13 @@ def run_epochs(launch: Launch) -> Result:
         raise GpulabError("--epochs trains gpulab's own workloads; drop --builder")
     cfg = launch.cfg
     check_config(cfg, None)
-    if launch.launcher == "cpu":
+    if launch.launcher == Launcher.CPU:
         return _cpu(cfg, spec, launch.threads)
-    if launch.launcher == "gpu":
+    if launch.launcher == Launcher.GPU:
         return _gpu(cfg, spec, launch.index, launch.telemetry)
-    if launch.launcher == "dataparallel":
+    if launch.launcher == Launcher.DATAPARALLEL:
         return _dataparallel(launch, spec)
-    if launch.launcher == "ddp":
+    if launch.launcher == Launcher.DDP:
         return _ddp(launch, spec)
     raise GpulabError(f"--epochs runs with --launcher cpu, gpu, dataparallel or ddp, not {launch.launcher}")
 
@@ -47,12 +47,12 @@ def epoch_result(
     record: dict[str, Any],
     plan: BatchPlan,
     *,
-    launcher: str,
+    launcher: Launcher,
     n: int,
     devices: list[str],
     device: str | None,
     telemetry: Any = None,
-    framework: str = "torch",
+    framework: Framework = Framework.TORCH,
     versions: dict[str, str] | None = None,
     comm_backend: CommBackend | None = None,
     **extra: Any,
@@ -96,7 +96,7 @@ def _cpu(cfg: RunConfig, spec: EpochSpec, threads: int | None) -> Result:
     with torch_threads(threads or int(torch.get_num_threads()) or os.cpu_count() or 1) as used:
         record = train_epochs(cfg, "cpu", spec)
     plan = plan_batch(cfg, 1).resolved(int(record["batch"]))
-    return _result(cfg, record, plan, launcher="cpu", n=used, devices=["cpu"], device="cpu", threads=used)
+    return _result(cfg, record, plan, launcher=Launcher.CPU, n=used, devices=["cpu"], device="cpu", threads=used)
 
 
 def _gpu(cfg: RunConfig, spec: EpochSpec, index: int, telemetry: bool) -> Result:
@@ -117,7 +117,7 @@ def _gpu(cfg: RunConfig, spec: EpochSpec, index: int, telemetry: bool) -> Result
         end = time.time()
     plan = plan_batch(cfg, 1).resolved(int(record["batch"]))
     summary = sampler.summary(start, end) if sampler else None
-    return _result(cfg, record, plan, launcher="gpu", n=1, devices=[device], device=device, telemetry=summary)
+    return _result(cfg, record, plan, launcher=Launcher.GPU, n=1, devices=[device], device=device, telemetry=summary)
 
 
 def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
@@ -148,7 +148,15 @@ def _dataparallel(launch: Launch, spec: EpochSpec) -> Result:
     summary = sampler.summary(start, end) if sampler else None
     extra = {} if on_gpu else {"pass_through": True}
     return _result(
-        cfg, record, plan, launcher="dataparallel", n=gpus, devices=devices, device=None, telemetry=summary, **extra
+        cfg,
+        record,
+        plan,
+        launcher=Launcher.DATAPARALLEL,
+        n=gpus,
+        devices=devices,
+        device=None,
+        telemetry=summary,
+        **extra,
     )
 
 
@@ -158,7 +166,7 @@ def _ddp(launch: Launch, spec: EpochSpec) -> Result:
     cfg, nprocs, threads = launch.cfg, launch.gpus, launch.threads or 1
     backend = ddp_comm_backend(nprocs, launch.comm_backend, threads)
     plan = plan_batch(cfg, nprocs, launch.batch_policy, launch.scale_lr)
-    message = WorkerMessage(cfg, plan, "ddp", threads=threads, comm_backend=backend, epochs=spec.to_dict())
+    message = WorkerMessage(cfg, plan, Launcher.DDP, threads=threads, comm_backend=backend, epochs=spec.to_dict())
     data, sampler = run_ddp_workers(
         message,
         nprocs,
@@ -183,7 +191,7 @@ def _ddp(launch: Launch, spec: EpochSpec) -> Result:
         cfg,
         record,
         plan,
-        launcher="ddp",
+        launcher=Launcher.DDP,
         n=nprocs,
         devices=data["devices"],
         device=None,

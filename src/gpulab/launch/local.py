@@ -20,6 +20,7 @@ from gpulab.launch.measuring import (
     visible_gpus,
 )
 from gpulab.launch.planning import BatchPlan, check_config, plan_batch, resolve_builder
+from gpulab.names import Launcher
 from gpulab.records import Result, RunConfig
 from gpulab.telemetry import Sampler
 from gpulab.workloads.base import Session
@@ -93,7 +94,7 @@ def run_cpu(
     plan = plan.resolved(int(session.samples_per_step))
     return make_result(
         cfg,
-        launcher="cpu",
+        launcher=Launcher.CPU,
         n=used,
         samples=timing.samples,
         seconds=timing.seconds,
@@ -142,7 +143,7 @@ def run_gpu(
     extra = {"threads": torch.get_num_threads(), **memory_params([device], timing), **_overhead(sampler)}
     return make_result(
         cfg,
-        launcher="gpu",
+        launcher=Launcher.GPU,
         n=1,
         samples=timing.samples,
         seconds=timing.seconds,
@@ -233,7 +234,7 @@ def run_dataparallel(
         extra["pass_through"] = True
     return make_result(
         cfg,
-        launcher="dataparallel",
+        launcher=Launcher.DATAPARALLEL,
         n=gpus,
         samples=timing.samples,
         seconds=timing.seconds,

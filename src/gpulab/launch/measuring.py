@@ -323,7 +323,7 @@ def launch_params(
 def make_result(
     cfg: RunConfig,
     *,
-    launcher: str,
+    launcher: names.Launcher,
     n: int,
     samples: int,
     seconds: float,
@@ -333,7 +333,7 @@ def make_result(
     device: str | None,
     params: dict[str, Any],
     telemetry: TelemetrySummary | None = None,
-    framework: str = names.DEFAULT_FRAMEWORK,
+    framework: names.Framework = names.DEFAULT_FRAMEWORK,
     window_rates: Sequence[float] = (),
     comm_backend: names.CommBackend | None = None,
 ) -> Result:

@@ -30,8 +30,8 @@ class Launch:
     """One `gpulab run` or `gpulab sweep`, framework-neutral."""
 
     cfg: RunConfig
-    framework: str = names.DEFAULT_FRAMEWORK
-    launcher: str = "gpu"  # gpulab.names.RUN_LAUNCHERS, or "sweep"
+    framework: names.Framework = names.DEFAULT_FRAMEWORK
+    launcher: names.Launcher = names.Launcher.GPU  # one `gpulab run` takes (Launcher.runs), or the sweep
     gpus: int = 1  # devices for multi-device launchers and the sweep (CPU processes without GPUs)
     index: int = 0  # the GPU of the gpu launcher
     threads: int | None = None  # CPU threads (cpu launcher: per run; multi-process launchers: per process)
@@ -58,7 +58,7 @@ class WorkerMessage:
 
     run: RunConfig
     plan: BatchPlan
-    mode: str  # the launcher the worker serves: cpu | gpu | mirrored | ddp | sweep
+    mode: names.Launcher  # the launcher the worker serves: cpu | gpu | mirrored | ddp | sweep
     builder: str | None = None
     threads: int | None = None
     gpu: bool = False  # a sweep run: the one GPU CUDA_VISIBLE_DEVICES leaves visible (else the CPU)
@@ -80,6 +80,7 @@ class WorkerMessage:
         d = dict(data)
         d["run"] = config_from_dict(d["run"])
         d["plan"] = BatchPlan(**d["plan"])
+        d["mode"] = names.Launcher.parse(d["mode"], "worker message's mode")
         if d.get("comm_backend") is not None:
             d["comm_backend"] = names.CommBackend.parse(d["comm_backend"], "worker message's comm_backend")
         return cls(**d)

@@ -43,6 +43,7 @@ from gpulab.launch.peers import SWEEP_PID_ENV, mark_gone
 from gpulab.launch.planning import plan_batch
 from gpulab.launch.spec import Launch, TimedResult, WorkerMessage
 from gpulab.launch.sweep_pool import SweepPool
+from gpulab.names import Framework, Launcher
 from gpulab.records import Result, RunConfig, Spread
 from gpulab.report.database import read_json_database, write_database
 from gpulab.report.io import jsonable
@@ -141,7 +142,7 @@ def _last_line(log: Path) -> str:
 
 def _sweep_shape(
     backend: backends.Backend,
-    framework: str,
+    framework: Framework,
     cfg: RunConfig,
     builder: str | None,
     gpus: int,
@@ -210,7 +211,7 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
     before = _read_database(sweep_dir)
     slots = [(f"cuda:{k}", backend.pin(k)) for k in ordinals] or [("cpu", "")] * gpus
     message = WorkerMessage(
-        cfg, plan, "sweep", builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
+        cfg, plan, Launcher.SWEEP, builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
     )
     config = json.dumps(message.to_dict())
     psets = _psets(cfg, plan.per_device, runs, threads, config)
@@ -246,7 +247,7 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
             f"{len(failed)} of {runs} sweep runs failed ({shown}); their logs are under {sweep_dir}/<pset id>/log.txt "
             f"and the psweep database {sweep_dir / DATABASE} (run id {run_id}) records them"
         )
-    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, backend.name)
+    return _sweep_result(cfg, plan.params(), rows, runs, gpus, wall, sweep_dir, run_id, sampler, framework)
 
 
 def _read_database(sweep_dir: Path) -> Any:
@@ -287,7 +288,7 @@ def _sweep_result(
     sweep_dir: Path,
     run_id: str,
     sampler: Sampler | None,
-    framework: str,
+    framework: Framework,
 ) -> Result:
     per_run: list[dict[str, Any]] = []
     results: list[Result] = []
@@ -328,7 +329,7 @@ def _sweep_result(
     return Result(
         workload=cfg.workload,
         framework=framework,
-        launcher="sweep",
+        launcher=Launcher.SWEEP,
         n=n,
         precision=cfg.precision,
         value=figure.median if figure else sum(sum(rates) / len(rates) for rates in by_slot.values()),

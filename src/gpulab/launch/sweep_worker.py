@@ -20,6 +20,7 @@ from gpulab.launch.local import run_session, torch_threads
 from gpulab.launch.measuring import make_result, memory_params, run_params
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.names import Launcher
 
 
 def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir: Path, label: str | None) -> None:
@@ -44,7 +45,7 @@ def run_one(message: WorkerMessage, out: Path, index: int, runs: int, ready_dir:
     plan = plan.resolved(int(session.samples_per_step))
     result = make_result(
         cfg,
-        launcher="sweep",
+        launcher=Launcher.SWEEP,
         n=1,
         samples=timing.samples,
         seconds=timing.seconds,

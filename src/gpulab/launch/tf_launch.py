@@ -25,6 +25,7 @@ from gpulab.hw import cuda_visible
 from gpulab.interrupts import child_env
 from gpulab.launch.planning import check_run_fields, plan_batch
 from gpulab.launch.spec import DEFAULT_TIMEOUT_S, TimedResult, WorkerMessage
+from gpulab.names import Launcher
 from gpulab.records import Result, RunConfig
 from gpulab.training.epochs import EpochSpec
 from gpulab.workloads.registry import REGISTRY
@@ -117,7 +118,7 @@ def run_tf_cpu(
     check_tf_config(cfg)
     if threads < 1:
         raise GpulabError(f"--threads must be at least 1, got {threads}")
-    message = WorkerMessage(cfg, plan_batch(cfg, 1), "cpu", threads=threads, epochs=_epochs(epochs, cfg))
+    message = WorkerMessage(cfg, plan_batch(cfg, 1), Launcher.CPU, threads=threads, epochs=_epochs(epochs, cfg))
     return _run(message, [], False, timeout_s)
 
 
@@ -140,7 +141,12 @@ def run_tf_gpu(
     if not 0 <= index < visible:
         raise GpulabError(f"there is no GPU {index}; TensorFlow sees {visible} GPUs (0 to {visible - 1})")
     message = WorkerMessage(
-        cfg, plan_batch(cfg, 1), "gpu", gpu_index=index, device_label=f"cuda:{index}", epochs=_epochs(epochs, cfg)
+        cfg,
+        plan_batch(cfg, 1),
+        Launcher.GPU,
+        gpu_index=index,
+        device_label=f"cuda:{index}",
+        epochs=_epochs(epochs, cfg),
     )
     return _run(message, [index], telemetry, timeout_s)
 
@@ -170,5 +176,5 @@ def run_mirrored(
     if visible and gpus > visible:
         raise GpulabError(f"asked for {gpus} GPUs but TensorFlow sees {visible}; pass --gpus {visible} or fewer")
     ordinals = list(range(gpus)) if visible else []
-    message = WorkerMessage(cfg, plan, "mirrored", threads=threads, epochs=_epochs(epochs, cfg))
+    message = WorkerMessage(cfg, plan, Launcher.MIRRORED, threads=threads, epochs=_epochs(epochs, cfg))
     return _run(message, ordinals, telemetry, timeout_s)

@@ -22,10 +22,11 @@ from gpulab.interrupts import stop_with_parent
 from gpulab.launch.measuring import launch_params, loss_facts, loss_value, make_result
 from gpulab.launch.peers import wait_for_peers
 from gpulab.launch.spec import TimedResult, WorkerMessage
+from gpulab.names import Framework, Launcher
 from gpulab.report.io import jsonable
 
 
-def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> tuple[Any, list[str]]:
+def configure(mode: Launcher, replicas: int, threads: int | None, index: int = 0) -> tuple[Any, list[str]]:
     """Set TensorFlow up before it initialises; return (strategy, devices)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -36,10 +37,10 @@ def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> 
     if threads is not None:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-    if mode == "cpu":
+    if mode == Launcher.CPU:
         tf.config.set_visible_devices([], "GPU")
         return tf.distribute.OneDeviceStrategy("/cpu:0"), ["cpu"]
-    if mode == "mirrored" and not gpus:
+    if mode == Launcher.MIRRORED and not gpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
         devices = [f"/cpu:{k}" for k in range(replicas)]
@@ -47,17 +48,17 @@ def configure(mode: str, replicas: int, threads: int | None, index: int = 0) -> 
         return strategy, [f"cpu:{k}" for k in range(replicas)]
     if not gpus:
         return tf.distribute.OneDeviceStrategy("/cpu:0"), ["cpu"]
-    if mode == "mirrored":
+    if mode == Launcher.MIRRORED:
         devices = [f"/gpu:{k}" for k in range(replicas)]
         return tf.distribute.MirroredStrategy(devices), [f"cuda:{k}" for k in range(replicas)]
-    if mode == "gpu":
+    if mode == Launcher.GPU:
         tf.config.set_visible_devices(gpus[index], "GPU")  # the one GPU asked for; the others stay untouched
     return tf.distribute.OneDeviceStrategy("/gpu:0"), ["cuda:0"]
 
 
 def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_dir: Path | None = None) -> None:
     mode, plan, threads = message.mode, message.plan, message.threads
-    replicas = plan.devices if mode == "mirrored" else 1
+    replicas = plan.devices if mode == Launcher.MIRRORED else 1
     strategy, devices = configure(mode, replicas, threads, message.gpu_index)
     import tensorflow as tf
 
@@ -94,9 +95,9 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     params = launch_params(
         cfg, plan, session.info, finish, final_loss, finite, first_loss, tensorflow=tf.__version__, threads=threads
     )
-    if mode == "sweep":
+    if mode == Launcher.SWEEP:
         params.update(run_index=index, started_together=together)
-    if mode in ("gpu", "sweep", "mirrored") and devices[0].startswith("cuda"):
+    if mode in (Launcher.GPU, Launcher.SWEEP, Launcher.MIRRORED) and devices[0].startswith("cuda"):
         params["max_memory_allocated_mib"] = [
             round(tf.config.experimental.get_memory_info(f"GPU:{k}")["peak"] / 2**20, 1) for k in range(len(devices))
         ]
@@ -104,15 +105,15 @@ def run(message: WorkerMessage, out: Path, index: int = 0, runs: int = 1, ready_
     result = make_result(
         cfg,
         launcher=mode,
-        n=(threads or 1) if mode == "cpu" else len(devices),
+        n=(threads or 1) if mode == Launcher.CPU else len(devices),
         samples=int(session.samples_per_step) * steps,
         seconds=seconds,
         steps=steps,
         batch=plan.per_device,
-        devices=[label] if mode != "mirrored" else devices,
-        device=None if mode == "mirrored" else label,
+        devices=[label] if mode != Launcher.MIRRORED else devices,
+        device=None if mode == Launcher.MIRRORED else label,
         params=jsonable(params),
-        framework="tensorflow",
+        framework=Framework.TENSORFLOW,
     )
     TimedResult(result, wall_start, wall_end).write(out)
 
@@ -137,10 +138,10 @@ def _run_epochs(message: WorkerMessage, strategy: Any, devices: list[str], repli
         record,
         message.plan.resolved(int(record["batch"])),
         launcher=mode,
-        n=(threads or 1) if mode == "cpu" else len(devices),
-        devices=[label] if mode != "mirrored" else devices,
-        device=None if mode == "mirrored" else label,
-        framework="tensorflow",
+        n=(threads or 1) if mode == Launcher.CPU else len(devices),
+        devices=[label] if mode != Launcher.MIRRORED else devices,
+        device=None if mode == Launcher.MIRRORED else label,
+        framework=Framework.TENSORFLOW,
         versions={"tensorflow": tf.__version__},
         threads=threads,
     )

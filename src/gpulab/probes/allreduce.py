@@ -19,7 +19,7 @@ from pathlib import Path
 from gpulab.errors import GpulabError
 from gpulab.launch.measuring import window_sizes, write_json_atomic
 from gpulab.launch.torchrun import run_torchrun
-from gpulab.names import CommBackend, Precision
+from gpulab.names import CommBackend, Framework, Launcher, Precision
 from gpulab.records import Result
 from gpulab.report.spread import of_windows
 
@@ -114,8 +114,8 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
     )
     return Result(
         workload="allreduce",
-        framework="torch",
-        launcher=backend.value,  # the probe's launcher is its transport (names.PROBE_LAUNCHERS)
+        framework=Framework.TORCH,
+        launcher=Launcher.DDP,  # torchrun's one process per device in a process group, as DDP's
         n=data["world"],
         precision=Precision.FP32,
         value=figure.median if figure else data["busbw_gbs"],
@@ -130,6 +130,7 @@ def run_allreduce(nprocs: int, mib: int = 256, iters: int = 20, timeout_s: float
             "correct": data["correct"],
         },
         spread=figure,
+        comm_backend=backend,  # the transport the probe measures
     )
 
 

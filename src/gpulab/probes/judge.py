@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpulab.compat import GpuSpec
-from gpulab.names import NO_PRECISION, Precision, ReportPrecision
+from gpulab.names import NO_PRECISION, Launcher, Precision, ReportPrecision
 from gpulab.records import Check, GpuInfo, Result, Threshold
 from gpulab.report import spread
 
@@ -60,7 +60,7 @@ class Expectation:
 def expectation(result: Result, gpu: GpuInfo | None, spec: GpuSpec | None, nvlink: bool = False) -> Expectation | None:
     """The spec figure and bound for `result` on this GPU, or None when the matrix has no figure for it."""
     bound = BOUNDS.get((result.workload, result.precision))
-    if bound is None or result.launcher == "cpu":
+    if bound is None or result.launcher == Launcher.CPU:
         return None
     figure: float | None = None
     label = source = ""
@@ -164,7 +164,7 @@ def check_name(workload: str, precision: str, where: str, framework: str = "torc
 def check(result: Result, exp: Expectation | None, what: str, checks: Sequence[Check] = ()) -> Check:
     """The verdict on a recorded result: its bound met or not; with no bound, a well-formed number passes. `checks`
     are the report's checks so far: a failure's likely causes leave out what they show is fine."""
-    cpu = f"cpu, {result.n} threads" if result.launcher == "cpu" else None
+    cpu = f"cpu, {result.n} threads" if result.launcher == Launcher.CPU else None
     where = cpu or result.device or f"{result.n} devices"
     shown = f"{what} on {where}: {result.value:.1f} {result.unit}"
     evidence = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.names import Precision
+from gpulab.names import CommBackend, Framework, Launcher, Precision
 from gpulab.records import Result
 
 BINARY = "all_reduce_perf"
@@ -59,8 +59,8 @@ def parse_all_reduce_json(data: dict[str, Any], source: str = "<json>") -> Resul
     wrong = sum(float(t.get("nwrong") or 0) for t in timings)
     return Result(
         workload="allreduce",
-        framework="nccl-tests",
-        launcher="nccl",
+        framework=Framework.NCCL_TESTS,
+        launcher=Launcher.DDP,  # one NCCL rank per device, as the all-reduce probe's process group
         n=n,
         precision=NCCL_TYPES.get(str(largest.get("type")), Precision.FP32),
         value=float(best["bus_bw"]),
@@ -75,6 +75,7 @@ def parse_all_reduce_json(data: dict[str, Any], source: str = "<json>") -> Resul
             "correct": wrong == 0,
             "nccl_version": data.get("nccl_version"),
         },
+        comm_backend=CommBackend.NCCL,  # the transport it measures
     )
 
 

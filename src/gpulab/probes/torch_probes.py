@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulab import names
-from gpulab.names import ProbeSize
+from gpulab.names import Framework, Launcher, ProbeSize
 from gpulab.records import Result, Spread
 from gpulab.report.spread import of_windows
 from gpulab.workloads.torch_precision import dtype_for, tf32_mode
@@ -85,8 +85,8 @@ def time_per_iteration(
     )
 
 
-def _launcher(device: str) -> str:
-    return "gpu" if device.startswith("cuda") else "cpu"
+def _launcher(device: str) -> Launcher:
+    return Launcher.GPU if device.startswith("cuda") else Launcher.CPU
 
 
 def _threads() -> int:
@@ -109,7 +109,7 @@ def matmul(device: str, precision: names.Precision, size: ProbeSize = QUICK) -> 
     figure = timing.spread(2 * n**3 / 1e12, "TFLOP/s")
     return Result(
         workload="matmul",
-        framework="torch",
+        framework=Framework.TORCH,
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision=precision,
@@ -136,7 +136,7 @@ def copy_bandwidth(device: str, size: ProbeSize = QUICK) -> Result:
     figure = timing.spread(2 * nbytes / 1e9, "GB/s")
     return Result(
         workload="copy_d2d" if not cpu else "copy_host",
-        framework="torch",
+        framework=Framework.TORCH,
         launcher=_launcher(device),
         n=_threads() if cpu else 1,
         precision=names.NO_PRECISION,
@@ -167,8 +167,8 @@ def host_transfer(device: str, direction: str, size: ProbeSize = QUICK) -> Resul
     figure = timing.spread(nbytes / 1e9, "GB/s")
     return Result(
         workload=f"{direction}_pinned",
-        framework="torch",
-        launcher="gpu",
+        framework=Framework.TORCH,
+        launcher=Launcher.GPU,
         n=1,
         precision=names.NO_PRECISION,
         value=figure.median if figure else nbytes / timing.per_call / 1e9,

@@ -1,6 +1,6 @@
 """The report's records, as typed dataclasses.
 
-One report per run, `schema: "gpulab.report/4"`; the JSON shape is fixed by `gpulab/report/schema.json`
+One report per run, `schema: "gpulab.report/5"`; the JSON shape is fixed by `gpulab/report/schema.json`
 (validated on write and on load). Every measured number is "higher is better" (throughput, TFLOP/s, GB/s),
 so compare can treat all rows alike.
 """
@@ -16,18 +16,27 @@ from gpulab import __version__
 from gpulab.names import (
     COMM_BACKENDS,
     DEFAULT_TIER,
+    OLD_PROBE_LAUNCHERS,
     CommBackend,
+    Framework,
+    Launcher,
     Precision,
     ReportPrecision,
     ReportTier,
     ValidationTier,
 )
 
-SCHEMA_ID = "gpulab.report/4"
+SCHEMA_ID = "gpulab.report/5"
 # Versions this gpulab reads: /1 is /2 without `host_load`; /2 is /3 without spreads (a timed figure's windows and
 # interval) and without the "marginal" status; /3 is /4 with a DDP row's backend in params["backend"] instead of
-# its `comm_backend`. An older report is read as a /4 one with none of the later fields recorded.
-READABLE_SCHEMAS: tuple[str, ...] = ("gpulab.report/1", "gpulab.report/2", "gpulab.report/3", SCHEMA_ID)
+# its `comm_backend`; /4 is /5 with the all-reduce probes' transport (nccl, gloo) as their launcher instead of
+# launcher ddp and the transport in `comm_backend`. An older report is read as a /5 one with none of the later
+# fields recorded.
+BEFORE_COMM_BACKEND: tuple[str, ...] = ("gpulab.report/1", "gpulab.report/2", "gpulab.report/3")
+BEFORE_PROBE_DDP: tuple[str, ...] = (*BEFORE_COMM_BACKEND, "gpulab.report/4")
+READABLE_SCHEMAS: tuple[str, ...] = (*BEFORE_PROBE_DDP, SCHEMA_ID)
+# Rows that measure their transport (the all-reduce probes' bus bandwidth): shown and compared with it
+TRANSPORT_WORKLOADS: tuple[str, ...] = ("allreduce",)
 
 # "marginal": the figure's interval still straddled its bound after a re-measure with more windows: neither shown
 # below it (fail) nor above it (pass). It never fails the run (exit status 0) but is listed first.
@@ -125,8 +134,8 @@ class Result:
     """One measurement. Key for compare: workload x framework x launcher x n x precision x device."""
 
     workload: str  # "style_transfer", "resnet50", "matmul", "copy_d2d", "h2d_pinned", "allreduce"
-    framework: str  # "torch", "tensorflow", "nccl-tests"
-    launcher: str  # "cpu", "gpu", "ddp", "dataparallel", "mirrored", "sweep"
+    framework: Framework  # torch, tensorflow, nccl-tests
+    launcher: Launcher  # cpu, gpu, ddp (DDP, the all-reduce probes), dataparallel, mirrored, sweep
     n: int  # devices used (GPUs, or CPU threads for launcher "cpu")
     precision: ReportPrecision  # a Precision; names.NO_PRECISION ("none") for copies and transfers
     value: float  # higher is better
@@ -141,21 +150,31 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)  # size, threads, data source, weights...
     telemetry: TelemetrySummary | None = None
     spread: Spread | None = None  # the timed windows (value is their median); None: one window (older reports)
-    comm_backend: CommBackend | None = None  # a DDP row's process-group backend; None: a row without one
+    # a DDP row's process-group backend, an all-reduce probe's transport; None: a row without one
+    comm_backend: CommBackend | None = None
 
     def series(self) -> str:
         """The workload as rows are grouped: epoch training ("mnist (epochs)") apart from timed steps ("mnist"),
         since its throughput includes the data loading and the last short batch of each epoch."""
         return f"{self.workload} (epochs)" if self.params.get("mode") == "epochs" else self.workload
 
+    def measures_transport(self) -> bool:
+        """Whether the row's figure is its transport's (an all-reduce probe's bus bandwidth over nccl or gloo)."""
+        return self.workload in TRANSPORT_WORKLOADS and self.comm_backend is not None
+
+    def launched(self) -> str:
+        """The launcher as reports show it and compare keys it: a row that measures its transport with it
+        ("ddp · nccl"), since that is what it measures; every other row's launcher as it is."""
+        return f"{self.launcher} · {self.comm_backend}" if self.measures_transport() else str(self.launcher)
+
     def key(self) -> tuple[str, str, str, int, ReportPrecision, str]:
-        return (self.series(), self.framework, self.launcher, self.n, self.precision, self.device or "")
+        return (self.series(), self.framework, self.launched(), self.n, self.precision, self.device or "")
 
 
 @dataclass
 class Speedup:
     workload: str
-    framework: str
+    framework: Framework
     precision: ReportPrecision
     from_: str  # "cpu:1", "cpu:64", "gpu:1"
     to: str
@@ -165,8 +184,8 @@ class Speedup:
 @dataclass
 class Scaling:
     workload: str
-    framework: str
-    launcher: str
+    framework: Framework
+    launcher: Launcher
     precision: ReportPrecision
     n: int
     throughput: float
@@ -208,12 +227,12 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         d = dict(data)
-        older = d.get("schema", SCHEMA_ID) != SCHEMA_ID
+        version = d.get("schema", SCHEMA_ID)
         return cls(
             fingerprint=d["fingerprint"],
             tier=ValidationTier.parse_reported(d.get("tier", DEFAULT_TIER)),
             checks=[Check(**c) for c in d.get("checks", [])],
-            results=[result_from_dict(_backend_from_params(r) if older else r) for r in d.get("results", [])],
+            results=[result_from_dict(_current_row(r, version)) for r in d.get("results", [])],
             speedups=[speedup_from_dict(s) for s in d.get("speedups", [])],
             scaling=[scaling_from_dict(s) for s in d.get("scaling", [])],
             thresholds=[Threshold(**t) for t in d.get("thresholds", [])],
@@ -239,9 +258,12 @@ def spread_from_dict(data: dict[str, Any] | None) -> Spread | None:
 
 
 def result_from_dict(data: dict[str, Any]) -> Result:
-    """A Result from its `asdict` form (a report row, or a child process's JSON): the edge its precision is read at."""
+    """A Result from its `asdict` form (a current report row, or a child process's JSON): the edge its precision,
+    framework and launcher are read at."""
     d = dict(data)
     d["precision"] = Precision.parse_reported(d["precision"])
+    d["framework"] = Framework.parse(d["framework"], "a result's framework")
+    d["launcher"] = Launcher.parse(d["launcher"], "a result's launcher")
     tel = d.pop("telemetry", None)
     spread = spread_from_dict(d.pop("spread", None))
     backend = d.pop("comm_backend", None)
@@ -253,11 +275,29 @@ def result_from_dict(data: dict[str, Any]) -> Result:
     )
 
 
+def _current_row(row: dict[str, Any], version: str) -> dict[str, Any]:
+    """A result row of a report written as `version`, as the current version writes it."""
+    if version in BEFORE_COMM_BACKEND:
+        row = _backend_from_params(row)
+    if version in BEFORE_PROBE_DDP:
+        row = _probe_transport_from_launcher(row)
+    return row
+
+
+def _probe_transport_from_launcher(row: dict[str, Any]) -> dict[str, Any]:
+    """An all-reduce probe's row of a report before /5 named its transport (nccl, gloo) as its launcher: read as
+    launcher ddp (one process per device in a process group, as DDP) with the transport in its comm_backend, so
+    old and new rows show and compare alike ("ddp · nccl")."""
+    if row.get("launcher") not in OLD_PROBE_LAUNCHERS:
+        return row
+    return {**row, "launcher": Launcher.DDP.value, "comm_backend": row["launcher"]}
+
+
 def _backend_from_params(row: dict[str, Any]) -> dict[str, Any]:
     """A DDP row of a report before /4 kept its process-group backend in params["backend"]: moved to its field, so
     old and new rows read alike (the row's key does not include it)."""
     params = row.get("params")
-    if row.get("launcher") != "ddp" or row.get("comm_backend") is not None or not isinstance(params, dict):
+    if row.get("launcher") != Launcher.DDP or row.get("comm_backend") is not None or not isinstance(params, dict):
         return row
     if params.get("backend") not in COMM_BACKENDS:  # not one gpulab wrote: left where it is
         return row
@@ -268,11 +308,14 @@ def _backend_from_params(row: dict[str, Any]) -> dict[str, Any]:
 def speedup_from_dict(data: dict[str, Any]) -> Speedup:
     d = {("from_" if k == "from" else k): v for k, v in data.items()}
     d["precision"] = Precision.parse_reported(d["precision"])
+    d["framework"] = Framework.parse(d["framework"], "a speedup's framework")
     return Speedup(**d)
 
 
 def scaling_from_dict(data: dict[str, Any]) -> Scaling:
     d = dict(data)
     d["precision"] = Precision.parse_reported(d["precision"])
+    d["framework"] = Framework.parse(d["framework"], "a scaling row's framework")
+    d["launcher"] = Launcher.parse(d["launcher"], "a scaling row's launcher")
     interval = spread_from_dict(d.pop("spread", None))
     return Scaling(**d, spread=interval)

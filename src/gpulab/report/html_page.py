@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulab.names import Launcher
 from gpulab.records import Check, Report
 from gpulab.report import keyfigs
 from gpulab.report.plots import plot_cpu_threads, plot_pct_of_spec, plot_scaling, plot_speedups, result_label
@@ -166,7 +167,7 @@ def _checks(report: Report) -> dict[str, Any]:
 
 def _plots(report: Report) -> dict[str, Any]:
     groups = scaling_groups(report)
-    devices = [(key, pts) for key, pts in groups.items() if key[2] != "cpu"][:MAX_SCALING_PLOTS]
+    devices = [(key, pts) for key, pts in groups.items() if key[2] != Launcher.CPU][:MAX_SCALING_PLOTS]
     gpus = gpu_facts(report.fingerprint)
     return {
         "pct": plot_pct_of_spec(report),

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from gpulab.names import Launcher
 from gpulab.records import Report, Result, Spread
 from gpulab.report import spread
 
@@ -41,7 +42,7 @@ WORK_KEYS = ("size", "iterations", "image_width", "epochs", "classes")
 def side(results: Sequence[Result]) -> str:
     """What sets a row's pace, from its measurements (the baseline's first): "host", "host-bound" or "gpu"."""
     first = results[0]
-    if first.launcher == "cpu" or first.device == "cpu":
+    if first.launcher == Launcher.CPU or first.device == "cpu":
         return "host"
     utils = [
         float(g.util_mean)

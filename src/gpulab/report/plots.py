@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gpulab.names import Launcher
 from gpulab.records import Report, Result, Scaling
 from gpulab.report.templating import Markup, svg_figure
 
@@ -84,7 +85,7 @@ def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> 
     lines = {
         key: sorted((s for s in pts if math.isfinite(s.speedup)), key=lambda s: s.n)
         for key, pts in groups.items()
-        if key[2] == "cpu"
+        if key[2] == Launcher.CPU
     }
     lines = {key: pts for key, pts in lines.items() if len(pts) > 1}
     if not lines:
@@ -107,7 +108,7 @@ def plot_cpu_threads(groups: dict[tuple[str, str, str, str], list[Scaling]]) -> 
 
 def result_label(r: Result) -> str:
     dev = f" {r.device}" if r.device else ""
-    return f"{r.series()} {r.framework} {r.launcher} n={r.n} {r.precision}{dev}"
+    return f"{r.series()} {r.framework} {r.launched()} n={r.n} {r.precision}{dev}"
 
 
 def plot_pct_of_spec(report: Report) -> Markup | None:

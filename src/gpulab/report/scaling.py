@@ -26,24 +26,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpulab.names import MULTI_GPU_LAUNCHERS, Precision, ReportPrecision
+from gpulab.names import Framework, Launcher, Precision, ReportPrecision
 from gpulab.records import Result, Scaling, Speedup
 from gpulab.report import spread
 
-SCALING_LAUNCHERS = ("cpu", *MULTI_GPU_LAUNCHERS)
-
-_Group = tuple[str, str, ReportPrecision, str]  # workload, framework, precision, unit
+_Group = tuple[str, Framework, ReportPrecision, str]  # workload, framework, precision, unit
 
 
 def _on_cpu(result: Result) -> bool:
     return bool(result.devices) and all(d.startswith("cpu") for d in result.devices)
 
 
-def _median_rows(results: Iterable[Result]) -> dict[tuple[_Group, str, int], Result]:
-    """(group, launcher, n) -> the median usable row with that key."""
-    repeats: dict[tuple[_Group, str, int], list[Result]] = {}
+def _median_rows(results: Iterable[Result]) -> dict[tuple[_Group, Launcher, int], Result]:
+    """(group, launcher, n) -> the median usable row with that key; a row that measures its transport (an
+    all-reduce probe) is neither a speedup's nor a scaling's."""
+    repeats: dict[tuple[_Group, Launcher, int], list[Result]] = {}
     for r in results:
-        if r.value is None or r.value <= 0 or r.n < 1:
+        if r.value is None or r.value <= 0 or r.n < 1 or r.measures_transport():
             continue
         repeats.setdefault(((r.series(), r.framework, r.precision, r.unit), r.launcher, r.n), []).append(r)
     return {key: sorted(rows, key=lambda r: r.value or 0.0)[(len(rows) - 1) // 2] for key, rows in repeats.items()}
@@ -60,14 +59,14 @@ def speedups(results: Iterable[Result]) -> list[Speedup]:
     groups = sorted({g for g, _, _ in rows})
 
     def cpu_ends(group: _Group) -> tuple[Result | None, Result | None]:
-        ns = [n for g, launcher, n in rows if g == group and launcher == "cpu" and n > 1]
-        return rows.get((group, "cpu", 1)), rows.get((group, "cpu", max(ns))) if ns else None
+        ns = [n for g, launcher, n in rows if g == group and launcher == Launcher.CPU and n > 1]
+        return rows.get((group, Launcher.CPU, 1)), rows.get((group, Launcher.CPU, max(ns))) if ns else None
 
     out: list[Speedup] = []
     for group in groups:
         workload, framework, precision, unit = group
         cpu1, cpu_all = cpu_ends(group)
-        gpu1 = rows.get((group, "gpu", 1))
+        gpu1 = rows.get((group, Launcher.GPU, 1))
         suffix = ""
         if gpu1 is not None and cpu1 is None and cpu_all is None and precision != Precision.FP32:
             cpu1, cpu_all = cpu_ends((workload, framework, Precision.FP32, unit))
@@ -84,7 +83,7 @@ def speedups(results: Iterable[Result]) -> list[Speedup]:
 
 
 def _expected(
-    expected: Mapping[str, Any] | None, workload: str, launcher: str, n: int
+    expected: Mapping[str, Any] | None, workload: str, launcher: Launcher, n: int
 ) -> tuple[float | None, str | None]:
     if not expected:
         return None, None
@@ -104,15 +103,15 @@ def scaling(results: Iterable[Result], expected: Mapping[str, Any] | None = None
     rows = _median_rows(results)
     out: list[Scaling] = []
     for (group, launcher, n), row in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        if launcher not in SCALING_LAUNCHERS:
+        if not (launcher == Launcher.CPU or launcher.multi_gpu):  # a one-GPU row is only ever a base
             continue
         own = rows.get((group, launcher, 1))
         base = own if own is not None and _on_cpu(own) == _on_cpu(row) else None
-        if base is None and launcher in MULTI_GPU_LAUNCHERS:
+        if base is None and launcher.multi_gpu:
             if not _on_cpu(row):
-                base = rows.get((group, "gpu", 1))
+                base = rows.get((group, Launcher.GPU, 1))
             elif row.params.get("threads") == 1:
-                base = rows.get((group, "cpu", 1))  # N one-thread CPU processes against one thread
+                base = rows.get((group, Launcher.CPU, 1))  # N one-thread CPU processes against one thread
         if base is None:
             continue
         workload, framework, precision, _unit = group

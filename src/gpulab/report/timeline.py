@@ -44,7 +44,7 @@ class Stretch:
 
 def short_name(r: Result) -> str:
     dev = f" {r.device}" if r.device else ""
-    return f"{r.series()} {r.launcher} n={r.n}{dev}"
+    return f"{r.series()} {r.launched()} n={r.n}{dev}"
 
 
 def _window(r: Result) -> tuple[float, float] | None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpulab.names import Launcher
 from gpulab.records import STATUSES, Check, Report, Result, Scaling, Speedup
 from gpulab.report import contention, spread
 from gpulab.report.formatting import stand_ins_summary
@@ -178,7 +179,7 @@ def result_row(r: Result) -> tuple[str, ...]:
     return (
         r.series(),
         r.framework,
-        r.launcher,
+        r.launched(),
         str(r.n),
         r.precision,
         r.device or "all",
@@ -478,7 +479,7 @@ def key_figure_groups(results: Sequence[Result]) -> list[list[Result]]:
     for r in results:
         if r.spec_value is None and baseline_of(r)[0] is None:
             continue
-        groups.setdefault((r.series(), r.framework, r.launcher, str(r.n), r.precision, r.unit), []).append(r)
+        groups.setdefault((r.series(), r.framework, r.launched(), str(r.n), r.precision, r.unit), []).append(r)
     return list(groups.values())
 
 
@@ -501,7 +502,7 @@ def key_figure_row(rows: Sequence[Result], with_baseline: bool) -> tuple[str, ..
     devices = (r.device or f"all {r.n}") if len(rows) == 1 else f"{len(rows)} devices"
     spec = next((x.spec_value for x in rows if x.spec_value is not None), None)
     row = (
-        f"{r.series()} {r.precision} ({r.framework} {r.launcher}, n={r.n})",
+        f"{r.series()} {r.precision} ({r.framework} {r.launched()}, n={r.n})",
         devices,
         figure_text(r) if len(rows) == 1 else _span([x.value for x in rows], r.unit),
         fmt_num(spec, r.unit) if spec is not None else DASH,
@@ -543,7 +544,7 @@ def headline_scaling(report: Report) -> list[Scaling]:
     return [
         max(pts, key=lambda s: s.n)
         for key, pts in scaling_groups(report).items()
-        if key[2] != "cpu" and max(s.n for s in pts) > 1
+        if key[2] != Launcher.CPU and max(s.n for s in pts) > 1
     ]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
+from gpulab.names import Launcher
 from gpulab.records import Report, Result
 
 FOLDER = Path(__file__).parent / "baselines"
@@ -42,7 +43,7 @@ def load(name: str) -> Report:
 
 
 def _gpu_row(report: Report, workload: str) -> Result | None:
-    rows = [r for r in report.results if r.workload == workload and r.launcher == "gpu" and r.n == 1]
+    rows = [r for r in report.results if r.workload == workload and r.launcher == Launcher.GPU and r.n == 1]
     return rows[0] if rows else None
 
 
@@ -103,7 +104,7 @@ def _scaling_line(report: Report, study: Any, runs: list[Any]) -> str | None:
     """For a baseline that publishes 1 and N GPUs: its speedup beside this study's, per epoch, launcher by launcher.
 
     Frameworks and GPUs differ, so the figures compared are each machine's own ratio of N GPUs to one."""
-    gpu_rows = (r for r in report.results if r.workload == study.workload and r.launcher != "cpu")
+    gpu_rows = (r for r in report.results if r.workload == study.workload and r.launcher != Launcher.CPU)
     rows = sorted(gpu_rows, key=lambda r: r.n)
     if len(rows) < 2 or rows[0].n != 1 or not rows[0].value:
         return None

@@ -32,15 +32,16 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _group(row: dict[str, Any]) -> tuple[str, int, str]:
+def _group(row: dict[str, Any]) -> tuple[names.Launcher, int, str]:
     """(launcher, n, device) of a run: a GPU worker's runs are gpu×1 on it, a CPU worker's cpu×threads."""
     launcher = row.get("launcher_used")
     if isinstance(launcher, str):
-        return launcher, int(_num(row.get("gpus_used")) or 1), ""
+        used = names.Launcher.parse(launcher, "the study database's launcher_used")
+        return used, int(_num(row.get("gpus_used")) or 1), ""
     device = str(row.get("device") or "cpu")
     if device.startswith("gpu"):
-        return "gpu", 1, device.split()[0]
-    return "cpu", int(_num(row.get("threads")) or 1), "cpu"
+        return names.Launcher.GPU, 1, device.split()[0]
+    return names.Launcher.CPU, int(_num(row.get("threads")) or 1), "cpu"
 
 
 def study_work(study: Any, members: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def study_work(study: Any, members: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[names.Launcher, int, str], list[dict[str, Any]]] = {}
     for row in rows:
         if row.get("status") == "ok" and _num(row.get("samples_per_s")):
             groups.setdefault(_group(row), []).append(row)
@@ -86,7 +87,7 @@ def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
                 precision=names.Precision.parse(precisions[0]) if len(precisions) == 1 else names.Precision.FP32,
                 value=statistics.median(rates),
                 unit="samples/s",
-                device=label if launcher in names.ONE_DEVICE_LAUNCHERS else None,
+                device=label if launcher.one_device else None,
                 devices=[label] if label else [],
                 batch=_one_batch(members),
                 seconds=statistics.median(timed) if timed else None,

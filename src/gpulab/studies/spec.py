@@ -97,7 +97,7 @@ class Study:
 
     name: str
     workload: str
-    framework: str = names.DEFAULT_FRAMEWORK
+    framework: names.Framework = names.DEFAULT_FRAMEWORK
     title: str = ""
     source: str = ""
     size: str = "standard"
@@ -225,7 +225,7 @@ def study_from_dict(
     return Study(
         name=str(name),
         workload=str(workload),
-        framework=str(framework),
+        framework=names.Framework.parse(framework),
         title=str(data.get("title") or ""),
         source=str(data.get("source") or ""),
         size=str(size),

@@ -207,7 +207,8 @@ def outcome(row: Any) -> dict[str, Any]:
 
 
 def _in_worker(pset: dict[str, Any]) -> bool:
-    return pset.get("framework", names.DEFAULT_FRAMEWORK) == "torch" and pset.get("launcher", WORKER) == WORKER
+    framework = pset.get("framework", names.DEFAULT_FRAMEWORK)
+    return framework == names.Framework.TORCH and pset.get("launcher", WORKER) == WORKER
 
 
 def _worker_name() -> str | None:
@@ -422,14 +423,23 @@ def study_relative(value: Any) -> str | None:
 
 def gpulab_run_command(pset: dict[str, Any], report: Path) -> list[str]:
     """The `gpulab run` line for a run that is not executed in a worker (TensorFlow, a multi-GPU launcher)."""
-    launcher = str(pset.get("launcher", WORKER))
+    asked = pset.get("launcher", WORKER)
     cmd = [sys.executable, "-m", "gpulab", "run", str(pset["workload"]), "--framework", str(pset["framework"])]
-    if launcher == WORKER:
+    if asked == WORKER:
         device = os.environ.get(DEVICE_ENV, "cpu")
-        launcher = "gpu" if device.startswith("cuda") else "cpu"
-    cmd += ["--launcher", launcher, "--size", str(pset.get("size", "standard")), "--seed", str(pset.get("seed", 0))]
+        launcher = names.Launcher.GPU if device.startswith("cuda") else names.Launcher.CPU
+    else:
+        launcher = names.Launcher.parse(asked, "the study's launcher", run=True)
+    cmd += [
+        "--launcher",
+        launcher.value,
+        "--size",
+        str(pset.get("size", "standard")),
+        "--seed",
+        str(pset.get("seed", 0)),
+    ]
     gpus = pset.get("gpus")
-    if launcher not in ("cpu", "gpu") and isinstance(gpus, (int, float, str)) and not _missing(gpus):
+    if not launcher.one_device and isinstance(gpus, (int, float, str)) and not _missing(gpus):
         cmd += ["--gpus", str(_gpu_count() if gpus == "all" else int(gpus))]
     precision, channels_last = str(pset.get("precision", "plan")), bool(pset.get("channels_last"))
     if precision == "plan":  # `gpulab run` alone would train in fp32

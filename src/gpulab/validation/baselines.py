@@ -17,15 +17,16 @@ from functools import partial
 import pytest
 
 from gpulab.launch.spec import Launch
+from gpulab.names import Framework, Launcher
 from gpulab.records import Result, RunConfig
 from gpulab.validation.session import Lab
 
 # (framework, the run's whole config as canonical JSON): rows are shared only between identical runs
-BaselineKey = tuple[str, str]
-Measure = Callable[[RunConfig, str], Result]
+BaselineKey = tuple[Framework, str]
+Measure = Callable[[RunConfig, Framework], Result]
 
 
-def baseline_key(cfg: RunConfig, framework: str) -> BaselineKey:
+def baseline_key(cfg: RunConfig, framework: Framework) -> BaselineKey:
     return framework, json.dumps(asdict(cfg), sort_keys=True, default=str)
 
 
@@ -35,9 +36,9 @@ def start(launch: Launch) -> Result:
     return dispatch(launch)
 
 
-def measure_on_first_gpu(cfg: RunConfig, framework: str) -> Result:
+def measure_on_first_gpu(cfg: RunConfig, framework: Framework) -> Result:
     """The run on the first selected GPU (cuda:0), by the framework's one-GPU launcher."""
-    return start(Launch(cfg, framework=framework, launcher="gpu", index=0))
+    return start(Launch(cfg, framework=framework, launcher=Launcher.GPU, index=0))
 
 
 class MeasuredRows:
@@ -63,7 +64,7 @@ class OneGpuBaselines:
         self.measure = measure
         self.rows = rows or MeasuredRows(lab)
 
-    def __call__(self, cfg: RunConfig, framework: str = "torch") -> Result:
+    def __call__(self, cfg: RunConfig, framework: Framework = Framework.TORCH) -> Result:
         return self.rows.get(("gpu", *baseline_key(cfg, framework)), lambda: self.measure(cfg, framework))
 
 
@@ -73,9 +74,11 @@ class CpuRows:
     def __init__(self, rows: MeasuredRows) -> None:
         self.rows = rows
 
-    def __call__(self, cfg: RunConfig, framework: str = "torch", threads: int | None = None) -> list[Result]:
+    def __call__(
+        self, cfg: RunConfig, framework: Framework = Framework.TORCH, threads: int | None = None
+    ) -> list[Result]:
         counts = [threads] if threads is not None else sorted({1, os.cpu_count() or 1})
-        launches = [Launch(cfg, framework=framework, launcher="cpu", threads=n) for n in counts]
+        launches = [Launch(cfg, framework=framework, launcher=Launcher.CPU, threads=n) for n in counts]
         return [
             self.rows.get(("cpu", launch.threads, *baseline_key(cfg, framework)), partial(start, launch))
             for launch in launches

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulab.names import Precision
+from gpulab.names import Launcher, Precision
 from gpulab.records import RunConfig, Threshold
 from gpulab.workloads.precision_plan import PrecisionPlan
 from gpulab.workloads.registry import REGISTRY
@@ -37,7 +37,7 @@ MIN_GPU_OVER_ALL_CPU = Threshold(
 @dataclass(frozen=True)
 class ScalingPlan:
     workload: str
-    launcher: str
+    launcher: Launcher
     precision: Precision
     channels_last: bool
     threshold: Threshold | None  # None: measured for comparison only (DataParallel)
@@ -58,7 +58,7 @@ def scaling_plans(nvlink: bool, plan: PrecisionPlan | None = None) -> list[Scali
     return [
         ScalingPlan(
             "resnet50",
-            "ddp",
+            Launcher.DDP,
             resnet.precision,
             resnet.channels_last,
             Threshold(
@@ -71,10 +71,10 @@ def scaling_plans(nvlink: bool, plan: PrecisionPlan | None = None) -> list[Scali
             batch=DDP_BOUND_BATCH,
             steps=DDP_STEPS,
         ),
-        ScalingPlan("resnet50", "dataparallel", resnet.precision, resnet.channels_last, None),
+        ScalingPlan("resnet50", Launcher.DATAPARALLEL, resnet.precision, resnet.channels_last, None),
         ScalingPlan(
             "style_transfer",
-            "sweep",
+            Launcher.SWEEP,
             style.precision,
             style.channels_last,
             Threshold(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.names import Precision, ReportPrecision, ValidationTier
+from gpulab.names import Framework, Launcher, Precision, ReportPrecision, ValidationTier
 from gpulab.records import Check, Report, Result, Threshold
 from gpulab.report import spread
 
@@ -40,7 +40,6 @@ HOST_BOUND_BUSY_PCT = 80.0  # as compare: a GPU under 80 % busy waits for its ho
 # Source runs a row needs before it judges: fewer show no spread (cifar10 on one quiet 2x H200 guest: 11,571 then
 # 16,114 samples/s), and a bar from one or two of them can sit anywhere in it.
 MIN_RUNS = 3
-WORKLOAD_LAUNCHERS = ("gpu", "ddp", "dataparallel", "mirrored", "sweep")
 BOUND = Threshold(
     name="workload.min_pct_of_known_good",
     value=85.0,
@@ -55,8 +54,8 @@ BOUND = Threshold(
 class KnownGood:
     gpu_model: str
     workload: str
-    framework: str
-    launcher: str
+    framework: Framework
+    launcher: Launcher
     n: int
     precision: ReportPrecision
     size: str | None
@@ -152,7 +151,7 @@ def _measurements(report: Report, label: str) -> dict[tuple[Any, ...], Measured]
     host = host_text(report.fingerprint)
     groups: dict[tuple[Any, ...], Measured] = {}
     for r in report.results:
-        if r.launcher in WORKLOAD_LAUNCHERS and r.unit == "samples/s":
+        if r.launcher != Launcher.CPU and r.unit == "samples/s":  # a workload's rows on GPUs
             groups.setdefault(result_key(model, r), ([], source, host))[0].append(r)
     return groups
 
@@ -215,6 +214,8 @@ def table() -> dict[tuple[Any, ...], KnownGood]:
             **{
                 **r,
                 "precision": Precision.parse_reported(r["precision"], "known-good row's precision"),
+                "framework": Framework.parse(r["framework"], "known-good row's framework"),
+                "launcher": Launcher.parse(r["launcher"], "known-good row's launcher"),
                 "runs": tuple(r.get("runs") or ()),
                 "hosts": tuple(r.get("hosts") or ()),
             }
@@ -327,7 +328,7 @@ def as_report(model: str) -> Report:
             row.precision,
             row.value,
             row.unit,
-            device="cuda:0" if row.launcher == "gpu" else None,
+            device="cuda:0" if row.launcher == Launcher.GPU else None,
             batch=row.batch,
             params={"size": row.size, "channels_last": row.channels_last, "source": row.source},
         )

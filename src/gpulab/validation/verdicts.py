@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpulab.launch.advice import gpu_busy_advice
-from gpulab.names import Precision
+from gpulab.names import Launcher, Precision
 from gpulab.records import Check, GpuTelemetry, Result, Spread, Threshold
 from gpulab.report import spread
 from gpulab.validation.expectations import MIN_GPU_OVER_ALL_CPU
@@ -23,7 +23,7 @@ def cpu_row(result: Result) -> Check:
 
 def gpu_over_cpu(lab: Lab, gpu: Result, cpu_rows: list[Result]) -> Check:
     """One GPU against all CPU threads for the same workload and framework (the CPU rows of that run)."""
-    cpu = [r for r in cpu_rows if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, "cpu")]
+    cpu = [r for r in cpu_rows if (r.workload, r.framework, r.launcher) == (gpu.workload, gpu.framework, Launcher.CPU)]
     # The CPU rows of the GPU's own precision when there are some, else the fp32 ones (as report/scaling.py pairs them).
     cpu = [r for r in cpu if r.precision == gpu.precision] or [r for r in cpu if r.precision == Precision.FP32]
     best = max(cpu, key=lambda r: r.n, default=None)

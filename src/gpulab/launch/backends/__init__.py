@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "gpulab.backends"
 _BUILT_IN = {
-    "torch": "gpulab.launch.backends.torch_backend:BACKEND",
-    "tensorflow": "gpulab.launch.backends.tensorflow_backend:BACKEND",
+    names.Framework.TORCH: "gpulab.launch.backends.torch_backend:BACKEND",
+    names.Framework.TENSORFLOW: "gpulab.launch.backends.tensorflow_backend:BACKEND",
 }
 
 
@@ -34,11 +34,11 @@ class Backend:
     """What the launch layer needs to know about a framework. Subclasses set the class attributes."""
 
     name: str = ""
-    launchers: tuple[str, ...] = ()  # the `gpulab run --launcher` values it runs (a sweep works for every backend)
+    launchers: tuple[names.Launcher, ...] = ()  # what `gpulab run --launcher` runs with it (a sweep: every backend)
     sweep_worker: str = ""  # module started once per sweep run: --config MESSAGE --out RESULT --index ...
     takes_builder: bool = False  # accepts --builder MODULE:FUNCTION
     pins_by_uuid: bool = False  # names a sweep run's GPU by UUID (else by CUDA ordinal)
-    epoch_launchers: tuple[str, ...] = ()  # the launchers that train in epochs (`gpulab run --epochs`)
+    epoch_launchers: tuple[names.Launcher, ...] = ()  # the launchers that train in epochs (`gpulab run --epochs`)
 
     def prepare(self) -> None:
         """Load what the parent process needs before the first step (once the command line is checked)."""
@@ -79,21 +79,26 @@ def _load(spec: str, name: str) -> Backend:
     return backend
 
 
-def _declared() -> dict[str, str]:
+def _declared() -> dict[names.Framework, str]:
+    """Each framework's backend (MODULE:OBJECT): the built-in ones, then those packages declare, whose names are
+    read here (a name a report could not hold is refused, naming the entry point)."""
     found = dict(_BUILT_IN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)  # a package cannot replace a built-in backend
+        what = f"the {ENTRY_POINT_GROUP} entry point of {ep.value}: its name"
+        found.setdefault(names.Framework.parse(ep.name, what), ep.value)  # a package cannot replace a built-in one
     return found
 
 
-def available() -> tuple[str, ...]:
+def available() -> tuple[names.Framework, ...]:
     """Framework names `--framework` accepts: the built-in ones first, then those packages declare."""
     declared = _declared()
     return (*names.FRAMEWORKS, *sorted(set(declared) - set(names.FRAMEWORKS)))
 
 
 def get(name: str) -> Backend:
+    """The backend of framework `name`, or errors.UnknownValue with the frameworks offered."""
     declared = _declared()
-    if name not in declared:
+    framework = next((f for f in declared if f == name), None)
+    if framework is None:
         raise UnknownValue("framework", name, available())
-    return _load(declared[name], name)
+    return _load(declared[framework], framework)

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from gpulab.launch.backends import Backend
+from gpulab.names import Launcher
 
 if TYPE_CHECKING:
     from gpulab.launch.spec import Launch
@@ -14,8 +15,8 @@ if TYPE_CHECKING:
 
 class TensorflowBackend(Backend):
     name = "tensorflow"
-    launchers = ("cpu", "gpu", "mirrored")
-    epoch_launchers = ("cpu", "gpu", "mirrored")
+    launchers = (Launcher.CPU, Launcher.GPU, Launcher.MIRRORED)
+    epoch_launchers = (Launcher.CPU, Launcher.GPU, Launcher.MIRRORED)
     sweep_worker = "gpulab.launch.tf_worker"
     # TensorFlow is not imported in the parent (it would claim GPU memory there), so GPUs are named by ordinal.
 
@@ -43,10 +44,10 @@ class TensorflowBackend(Backend):
         from gpulab.launch import tf_launch
 
         cfg, epochs = launch.cfg, launch.epochs
-        if launch.launcher == "cpu":
+        if launch.launcher == Launcher.CPU:
             threads = launch.threads or os.cpu_count() or 1
             return tf_launch.run_tf_cpu(cfg, threads, timeout_s=launch.timeout_s, epochs=epochs)
-        if launch.launcher == "gpu":
+        if launch.launcher == Launcher.GPU:
             return tf_launch.run_tf_gpu(
                 cfg, launch.index, telemetry=launch.telemetry, timeout_s=launch.timeout_s, epochs=epochs
             )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpulab.launch.backends import Backend
+from gpulab.names import Launcher
 
 if TYPE_CHECKING:
     from gpulab.launch.spec import Launch
@@ -15,10 +16,10 @@ if TYPE_CHECKING:
 
 class TorchBackend(Backend):
     name = "torch"
-    launchers = ("cpu", "gpu", "ddp", "dataparallel")
+    launchers = (Launcher.CPU, Launcher.GPU, Launcher.DDP, Launcher.DATAPARALLEL)
     sweep_worker = "gpulab.launch.sweep_worker"
     takes_builder = True
-    epoch_launchers = ("cpu", "gpu", "ddp", "dataparallel")
+    epoch_launchers = (Launcher.CPU, Launcher.GPU, Launcher.DDP, Launcher.DATAPARALLEL)
     pins_by_uuid = True  # torch tells each GPU's UUID; a UUID pins the same GPU whatever the parent's numbering
 
     def prepare(self) -> None:
@@ -55,11 +56,11 @@ class TorchBackend(Backend):
             from gpulab.launch.epoch_runs import run_epochs
 
             return run_epochs(launch)
-        if launch.launcher == "cpu":
+        if launch.launcher == Launcher.CPU:
             return local.run_cpu(cfg, launch.threads or _all_threads(), builder=builder)
-        if launch.launcher == "gpu":
+        if launch.launcher == Launcher.GPU:
             return local.run_gpu(cfg, launch.index, builder=builder, telemetry=launch.telemetry)
-        if launch.launcher == "ddp":
+        if launch.launcher == Launcher.DDP:
             return ddp.run_ddp(
                 cfg,
                 launch.gpus,

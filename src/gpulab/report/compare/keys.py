@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpulab import names
+from gpulab.names import Launcher
 from gpulab.records import Report, Result
 
 ResultKey = tuple[str, str, str, int, str, str]
@@ -41,7 +41,7 @@ def keys_summary(keys: Sequence[ResultKey], limit: int = 6) -> str:
 def normal_key(r: Result) -> ResultKey:
     """A row's key across different machines: all CPU threads as n=0, a per-GPU row as "each GPU"."""
     workload, framework, launcher, n, precision, device = r.key()
-    if launcher == "cpu" and n > 1:
+    if r.launcher == Launcher.CPU and n > 1:
         n = 0
     if device.startswith("cuda:"):
         device = "each GPU"
@@ -109,7 +109,7 @@ def own_precision_rows(
     def workload_rows(idx: dict[ResultKey, list[Result]]) -> dict[tuple[Any, ...], list[ResultKey]]:
         out: dict[tuple[Any, ...], list[ResultKey]] = {}
         for key, rs in idx.items():
-            if rs[0].launcher in names.LAUNCHERS and rs[0].unit in WORKLOAD_UNITS:
+            if not rs[0].measures_transport() and rs[0].unit in WORKLOAD_UNITS:
                 out.setdefault(bare(key), []).append(key)
         return out
 
@@ -241,5 +241,5 @@ def scaling_rows(reports: Sequence[Report]) -> list[ScalingRow]:
             if sc.n > 1 and key not in keys:
                 keys.append(key)
         found.append(d)
-    keys.sort(key=lambda k: (k[2] == "cpu", k))
+    keys.sort(key=lambda k: (k[2] == Launcher.CPU, k))
     return [ScalingRow(*key, found=[d.get(key) for d in found]) for key in keys]

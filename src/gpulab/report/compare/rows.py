@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.names import Launcher
 from gpulab.records import Spread
 from gpulab.report import spread
 from gpulab.report.compare.keys import KEY_FIELDS, ResultKey
@@ -43,7 +44,7 @@ class Row:
         """Report i's value per GPU: value / n for a row over several GPUs, the value itself otherwise."""
         value = self.values[i]
         n = self.ns[i] if i < len(self.ns) else self.key[3]
-        if value is None or self.key[2] == "cpu" or self.key[5] or not n or n <= 1:
+        if value is None or self.key[2] == Launcher.CPU or self.key[5] or not n or n <= 1:
             return value
         return value / n
 
