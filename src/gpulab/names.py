@@ -1,5 +1,5 @@
 """gpulab's vocabulary, named once: precisions, problem sizes, validation tiers, launchers, frameworks, DDP's
-communication backends and driver branches.
+communication backends, driver branches and GPU architectures.
 
 Every layer (workloads, probes, launchers, the validation suite, the report schema) takes its names and their
 meaning from here, so a precision or a tier means the same thing wherever it is read:
@@ -9,8 +9,9 @@ meaning from here, so a precision or a tier means the same thing wherever it is 
     mode = names.Precision.parse("bf16")  # Precision.BF16: .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
     tier = names.ValidationTier.STANDARD  # .meaning: .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
 
-Precisions, tiers, DDP's backends and driver branches are value types: the records hold them, and their one parser
-reads a text at the edges only (the command line, a study file, a worker's message, a report being loaded).
+Precisions, tiers, DDP's backends, driver branches and architectures are value types: the records hold them, and
+their one parser reads a text at the edges only (the command line, a study file, a worker's message, a report being
+loaded, what a driver reports).
 
 This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
 """
