@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gpulab.names import NO_PRECISION, Precision
+from gpulab.names import NO_PRECISION, Architecture, Precision
 from gpulab.records import (
     Check,
     CpuInfo,
@@ -44,7 +44,7 @@ def full_fingerprint(n_gpus: int = 4, hypervisor: str | None = "KVM") -> Fingerp
                 bus_id=bus,
                 pci_device_id="10de:2335",
                 pci_subsystem_id="10de:18bf",
-                architecture="Hopper",
+                architecture=Architecture.HOPPER,
                 compute_capability="9.0",
                 numa_node=0,
                 pcie=PcieLink(gen_current=5, gen_max=5, width_current=16, width_max=16),

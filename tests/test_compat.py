@@ -18,6 +18,7 @@ from gpulab.compat import (
 )
 from gpulab.compat.data import load_matrix, load_raw, parse_matrix
 from gpulab.errors import GpulabError
+from gpulab.names import Architecture
 
 SECTIONS = ("gpus", "cuda", "drivers", "cudnn", "profiles", "operating_systems")
 
@@ -221,23 +222,26 @@ def test_driver_branch():
         driver_branch("five-eighty")
 
 
+reported = Architecture.parse_reported  # a driver's name for an architecture
+
+
 def test_driver_supports_arch():
-    assert driver_supports_arch("580.95.05", "Pascal")
-    assert not driver_supports_arch("590.48.01", "Pascal")
-    assert not driver_supports_arch("590.48.01", "volta")
-    assert driver_supports_arch("590.48.01", "Hopper")
-    assert not driver_supports_arch("535.230.02", "Blackwell")
-    assert driver_supports_arch("570.172.08", "Blackwell")
-    assert driver_supports_arch("410.79", "Pascal") and not driver_supports_arch("410.79", "Ampere")
-    assert driver_supports_arch("999.1", "Hopper")  # newer than the matrix: newest known branch applies
-    assert driver_supports_arch("580.95.05", "Ada Lovelace")
+    assert driver_supports_arch("580.95.05", reported("Pascal"))
+    assert not driver_supports_arch("590.48.01", reported("Pascal"))
+    assert not driver_supports_arch("590.48.01", reported("volta"))
+    assert driver_supports_arch("590.48.01", reported("Hopper"))
+    assert not driver_supports_arch("535.230.02", reported("Blackwell"))
+    assert driver_supports_arch("570.172.08", reported("Blackwell"))
+    assert driver_supports_arch("410.79", reported("Pascal")) and not driver_supports_arch("410.79", reported("Ampere"))
+    assert driver_supports_arch("999.1", reported("Hopper"))  # newer than the matrix: newest known branch applies
+    assert driver_supports_arch("580.95.05", reported("Ada Lovelace"))
 
 
 def test_driver_supports_arch_errors():
     with pytest.raises(GpulabError, match="architecture 'Tesla' is unknown"):
-        driver_supports_arch("580.95.05", "Tesla")
+        driver_supports_arch("580.95.05", reported("Tesla"))
     with pytest.raises(GpulabError, match="predates"):
-        driver_supports_arch("375.26", "Pascal")
+        driver_supports_arch("375.26", reported("Pascal"))
 
 
 def test_max_cuda_for_driver():

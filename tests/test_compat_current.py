@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpulab.compat import current, min_driver_for_cuda, versions
 from gpulab.compat.data import load_matrix
+from gpulab.names import Architecture
 
 
 def test_current_builds_are_the_newest_releases_with_kernels_for_the_gpu():
@@ -31,8 +32,8 @@ def test_driver_age_names_what_the_driver_runs_and_what_today_needs():
 
 
 def test_first_branch_and_profiles_for_a_gpu():
-    assert current.first_branch_for("Pascal", "525.60.13") == "R525"
-    assert current.first_branch_for("Kepler", "525.60.13") is None
-    assert "legacy-2018" in current.profiles_for("Kepler", "3.7")
-    assert "modern" not in current.profiles_for("Kepler", "3.7")
-    assert current.profiles_for("Fermi", "2.0") == []
+    assert current.first_branch_for(Architecture.PASCAL, "525.60.13") == "R525"
+    assert current.first_branch_for(Architecture.KEPLER, "525.60.13") is None
+    assert "legacy-2018" in current.profiles_for(Architecture.KEPLER, "3.7")
+    assert "modern" not in current.profiles_for(Architecture.KEPLER, "3.7")
+    assert current.profiles_for(Architecture.FERMI, "2.0") == []

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.compat.legacy import architecture_for_pci_id, compute_capability_for_pci_id, newest_stack
+from gpulab.names import Architecture, UnlistedArchitecture
 from guest.prereq import require_file
 
 SYSTEM_PCI_IDS = "/usr/share/misc/pci.ids"
@@ -148,7 +149,7 @@ def test_chips_before_fermi_map_to_no_architecture() -> None:
 
 def test_every_architecture_of_the_ranges_has_a_newest_stack() -> None:
     for arch in CHIP_ARCH.values():
-        assert newest_stack(arch).architecture == arch
+        assert newest_stack(Architecture.parse(arch)).architecture == arch
 
 
 def test_the_newest_stack_names_tensorflow_too() -> None:
@@ -156,12 +157,12 @@ def test_the_newest_stack_names_tensorflow_too() -> None:
 
     newest_tf = load_matrix().tensorflow[-1].version
     # Kepler's last CUDA is 11.x (R470): TensorFlow 2.14 is the last release tested on CUDA 11 (11.8).
-    assert newest_stack("Kepler").tensorflow == "2.14"
+    assert newest_stack(Architecture.KEPLER).tensorflow == "2.14"
     # Maxwell (cc 5.0) runs CUDA 12, but TensorFlow's wheels stop carrying its kernels after 2.17.
-    assert newest_stack("Maxwell").tensorflow == "2.17"
-    assert newest_stack("Hopper").tensorflow == newest_tf
-    assert newest_stack("Ampere").text().endswith(f", TensorFlow {newest_tf}")
-    fermi = newest_stack("Fermi")
+    assert newest_stack(Architecture.MAXWELL).tensorflow == "2.17"
+    assert newest_stack(Architecture.HOPPER).tensorflow == newest_tf
+    assert newest_stack(Architecture.AMPERE).text().endswith(f", TensorFlow {newest_tf}")
+    fermi = newest_stack(Architecture.FERMI)
     assert fermi.tensorflow is None
     assert fermi.text().endswith("no TensorFlow release the matrix lists (1.12 and later)")
 
@@ -169,22 +170,18 @@ def test_the_newest_stack_names_tensorflow_too() -> None:
 def test_a_kepler_gpu_of_compute_capability_3_0_has_an_older_newest_stack() -> None:
     # CUDA 11.0 dropped compute capability 3.0 (GK104/GK106/GK107): the GRID K520's last CUDA is 10.2, and no
     # PyTorch or TensorFlow release the matrix lists ships its kernels; a 3.5 Kepler (K20, GK110) runs CUDA 11.
-    gk104 = newest_stack("Kepler", "3.0")
+    gk104 = newest_stack(Architecture.KEPLER, "3.0")
     assert (gk104.driver_branch, gk104.cuda, gk104.torch, gk104.tensorflow) == ("R470", "10.2", None, None)
-    assert newest_stack("Kepler").cuda == newest_stack("Kepler", "3.5").cuda == "11.8"
+    assert newest_stack(Architecture.KEPLER).cuda == newest_stack(Architecture.KEPLER, "3.5").cuda == "11.8"
 
 
 def test_each_architecture_is_named_once() -> None:
-    """The matrix's name and the one drivers report lead to one architecture; NVML's codes use the same names."""
-    from gpulab.compat.architectures import ARCHITECTURES, NVML_ARCHITECTURES, driver_name, matrix_name
-    from gpulab.hw import nvml
-
-    assert matrix_name("Ada Lovelace") == matrix_name(" ada ") == matrix_name("Ada") == "Ada"
-    assert (driver_name("Ada"), driver_name("Hopper")) == ("Ada Lovelace", "Hopper")
-    assert [matrix_name(driver_name(a)) for a in ARCHITECTURES] == list(ARCHITECTURES)
-    assert matrix_name("Rubin") is None and matrix_name("") is None
-    assert set(NVML_ARCHITECTURES.values()) - set(ARCHITECTURES) == {"Rubin"}
-    assert nvml._ARCH[8] == "Ada Lovelace"
+    """The matrix's name and the one drivers report lead to one architecture; NVML's codes lead to the same."""
+    assert Architecture.parse("Ada Lovelace") is Architecture.parse(" ada ") is Architecture.parse("Ada")
+    assert (Architecture.ADA.driver_name, Architecture.HOPPER.driver_name) == ("Ada Lovelace", "Hopper")
+    assert [Architecture.parse(a.driver_name) for a in Architecture] == list(Architecture)
+    assert Architecture.parse_reported("Rubin") == UnlistedArchitecture("Rubin") == Architecture.from_nvml(13)
+    assert Architecture.from_nvml(8) is Architecture.ADA and Architecture.from_nvml(99) is None
 
 
 @pytest.mark.parametrize(
@@ -195,4 +192,4 @@ def test_each_architecture_is_named_once() -> None:
 def test_an_architecture_with_one_compute_capability_gives_it(architecture: str | None, cc: str | None) -> None:
     from gpulab.compat.legacy import sole_compute_capability
 
-    assert sole_compute_capability(architecture) == cc
+    assert sole_compute_capability(Architecture.parse_reported(architecture) if architecture else None) == cc

@@ -141,7 +141,7 @@ def test_a_workers_config_carries_the_precision_as_its_type(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("architecture", precision_plan.architectures())
 def test_from_an_architecture_to_a_run_the_precision_is_the_member(architecture: str) -> None:
-    plan = precision_plan.for_architecture(architecture)
+    plan = precision_plan.for_architecture(precision_plan.plan_architecture(architecture))
     for workload in ("mnist", "resnet50", "style_transfer"):
         cfg = speedup_config(workload, "tiny", plan=plan)
         assert isinstance(cfg.precision, Precision) and cfg.precision is plan.training(workload).precision

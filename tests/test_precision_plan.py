@@ -9,7 +9,7 @@ import pytest
 from gpulab import compat, names
 from gpulab.errors import GpulabError, UnknownValue
 from gpulab.hw.discover import fingerprint
-from gpulab.names import Precision, ValidationTier
+from gpulab.names import Architecture, Precision, ValidationTier
 from gpulab.validation.expectations import SPEEDUP_WORKLOADS, scaling_plans, speedup_config
 from gpulab.validation.session import Lab, Options
 from gpulab.workloads import precision_plan
@@ -71,14 +71,18 @@ def test_the_captured_p100_host_plans_fp16_with_loss_scaling():
 
 def test_a_plan_forced_to_an_architecture():
     fp = fingerprint(smi_xml=FIXTURES / "h200x4-firecracker" / "nvidia-smi-q-x.xml", probe_frameworks=False)
-    lab = Lab(options=Options(tier=ValidationTier.STANDARD, precision_plan="volta"), fingerprint=fp, gpus=fp.gpus[:1])
+    lab = Lab(
+        options=Options(tier=ValidationTier.STANDARD, precision_plan=Architecture.VOLTA),
+        fingerprint=fp,
+        gpus=fp.gpus[:1],
+    )
     plan = lab.precision_plan
     assert plan.forced and plan.architecture == "Volta"
     assert speedup_config("resnet50", "standard", plan=plan).precision == "fp16"
-    assert precision_plan.for_architecture("Pascal").training("cifar10").precision == "fp16"
+    assert precision_plan.for_architecture(Architecture.PASCAL).training("cifar10").precision == "fp16"
     assert precision_plan.architectures()[0] == "pascal" and "hopper" in precision_plan.architectures()
     with pytest.raises(UnknownValue) as err:
-        precision_plan.for_architecture("kepler")
+        precision_plan.plan_architecture("kepler")
     assert (err.value.what, err.value.value, err.value.choices) == (
         "architecture",
         "kepler",
@@ -87,7 +91,7 @@ def test_a_plan_forced_to_an_architecture():
 
 
 def test_a_gpu_known_only_by_its_compute_capability():
-    old = precision_plan.for_gpu(None, "7.5", "Turing")
+    old = precision_plan.for_gpu(None, "7.5", Architecture.TURING)
     assert old.training("resnet50").precision == "fp16" and "tensor cores" in old.training("resnet50").reason
     assert not old.has(Precision.BF16) and not old.has(Precision.TF32) and old.has(Precision.FP16)
     assert precision_plan.for_gpu(None, "9.0", None).training("mnist").precision == "bf16"

@@ -5,6 +5,7 @@ batch is sized, that a batch gives each run the result it gets alone, and that a
 from __future__ import annotations
 
 import argparse
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -74,20 +75,24 @@ def test_studies_that_cannot_batch_say_why():
     assert "whole machine" in str(batching.why_not(machine))
 
 
+def _size(rows: list[dict], remaining: int, workers: int) -> tuple[int, str]:
+    return batching.size_from_probe([batching.probe_from(r) for r in rows], remaining=remaining, workers=workers)
+
+
 def test_auto_sizes_from_the_probe_memory_and_an_even_share():
     gpu = {"status_": "ok", "batch_memory_mib_": 4 * 464.0, "batch_runs_": 4, "gpu_total_mib_": 143771.0,
            "gpu_context_mib_": 1456.0, "timed_s_": 9.3}  # fmt: skip
-    size, why = batching.size_from_probe([gpu, gpu], remaining=244, workers=2)
+    size, why = _size([gpu, gpu], remaining=244, workers=2)
     assert size == 64 and "memory holds 245 (464 MiB per run" in why and "MAX_AUTO" in why
-    assert batching.size_from_probe([gpu], remaining=45, workers=2)[0] == 23  # 45 runs on two workers
+    assert _size([gpu], remaining=45, workers=2)[0] == 23  # 45 runs on two workers
     big = {**gpu, "batch_memory_mib_": 4 * 20000.0}
-    assert batching.size_from_probe([big], remaining=244, workers=1)[0] == 5  # 80 % of 139 GiB at 20 GB a run
+    assert _size([big], remaining=244, workers=1)[0] == 5  # 80 % of 139 GiB at 20 GB a run
     cpu = {"status_": "ok", "batch_runs_": 4, "timed_s_": 0.4}
-    assert batching.size_from_probe([cpu], remaining=100, workers=2) == (
+    assert _size([cpu], remaining=100, workers=2) == (
         batching.CPU_AUTO,
         f"CPU workers: {batching.CPU_AUTO} (CPU_AUTO; host memory per run is not measured)",
     )
-    assert batching.size_from_probe([{"status_": "failed"}], remaining=100, workers=2)[0] == 1
+    assert _size([{"status_": "failed"}], remaining=100, workers=2)[0] == 1
     assert batching.recorded([{"batching": {"asked": "auto", "batch_runs": 23}}, {"batching": {}}]) == 23
 
 
@@ -260,6 +265,24 @@ def test_a_sizing_record_round_trips_through_sessions_json():
     assert sizing.to_json() == {"asked": "auto", "batch_runs": 23, "why": "memory holds 245", "probe_runs": 8}
     assert Sizing.from_json("batch_runs", sizing.to_json()) == sizing
     assert Sizing.from_json("batch_runs", {}) is None and Sizing.from_json("per_gpu", {"per_gpu": True}) is None
+
+
+def test_a_probe_is_a_typed_record_and_sessions_json_keeps_its_shape():
+    """A packing probe is written as the mapping sessions.json always held (four figures, in that order), and a
+    session an older gpulab wrote reads back into the records; a figure it lacks or cannot read is None."""
+    from gpulab.records import BatchProbe, PackingProbe, Sizing
+
+    figures = {"footprint_mib": 20000.0, "total_mib": 81559.0, "busy": 0.6, "run_s": 1.0}
+    held = {"asked": "auto", "per_gpu": 3, "why": "memory holds 3", "probe": [figures], "probe_runs": 2}
+    sizing = Sizing.from_json("per_gpu", held)
+    assert sizing is not None and sizing.probe == (PackingProbe(20000.0, 81559.0, 0.6, 1.0),)
+    assert json.dumps(sizing.to_json()) == json.dumps(held)
+    odd = Sizing.from_json("per_gpu", {**held, "probe": [{"footprint_mib": "big", "busy": 0.5}, "junk"]})
+    assert odd is not None and odd.probe == (PackingProbe(None, None, 0.5, None),)
+    run = batching.probe_from({"status_": "ok", "batch_memory_mib_": 800.0, "batch_runs_": 4, "gpu_total_mib_": 1000.0,
+                               "gpu_context_mib_": 200.0, "timed_s_": float("nan")})  # fmt: skip
+    assert run == BatchProbe(True, None, 800.0, 4.0, 1000.0, 200.0) and run.memory == (200.0, 800.0)
+    assert BatchProbe.from_json(run.to_json()) == run and batching.probe_from({}).memory is None
 
 
 def test_per_gpu_has_one_grammar_for_run_and_worker():

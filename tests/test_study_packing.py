@@ -16,9 +16,9 @@ import pytest
 
 from gpulab.errors import GpulabError
 from gpulab.hw import nvml
-from gpulab.records import GpuInfo
+from gpulab.records import GpuInfo, PackingProbe
 from gpulab.studies import cluster, packing, task
-from gpulab.studies.packing import Probe, size
+from gpulab.studies.packing import size
 from gpulab.studies.spec import study_from_dict
 
 MIB = 2**20
@@ -135,12 +135,12 @@ def test_packed_workers_share_their_gpus_pin_and_memory_and_cpu_workers_are_neve
     ],
 )
 def test_auto_sizes_from_the_probe_runs_gpu_use_and_memory(busy, footprint, cores, expected, said):
-    k, why = size([Probe(footprint, H100_MIB, busy, 6.1)], cores=cores, gpus=1)
+    k, why = size([PackingProbe(footprint, H100_MIB, busy, 6.1)], cores=cores, gpus=1)
     assert k == expected and said in why
 
 
 def test_the_tightest_gpu_decides_and_a_resume_reuses_the_sized_count():
-    probes = [Probe(2500.0, H100_MIB, 0.63, 6.0), Probe(2600.0, H100_MIB, 0.85, 6.0)]
+    probes = [PackingProbe(2500.0, H100_MIB, 0.63, 6.0), PackingProbe(2600.0, H100_MIB, 0.85, 6.0)]
     assert size(probes, cores=32, gpus=2)[0] == 2  # the busier GPU's count (0.85 → 2) for both
     sessions = [{"packing": {"asked": "auto", "per_gpu": 4}}, {"packing": {"asked": 2, "per_gpu": 2}}]
     assert packing.recorded(sessions) == 4 and packing.recorded([{}]) is None
@@ -162,7 +162,7 @@ def test_a_runs_footprint_counts_its_context_cache_and_peak():
     facts = task.gpu_footprint(SimpleNamespace(cuda=cuda))
     assert facts == {"gpu_process_mib": 2500.0, "gpu_total_mib": H100_MIB}  # context 500 + peak 2000
     row = {f"{k}_": v for k, v in {**facts, "timed_s": 6.1}.items()}
-    assert packing.probe_from(row, 0.6) == Probe(2500.0, H100_MIB, 0.6, 6.1)
+    assert packing.probe_from(row, 0.6) == PackingProbe(2500.0, H100_MIB, 0.6, 6.1)
 
 
 # ---------- real workers ----------
@@ -203,8 +203,7 @@ def test_auto_probes_one_run_per_gpu_then_packs_workers_that_run_at_once(monkeyp
     todo = [{"seconds": 1.0, "footprint": 40000.0 if k == 0 else 20000.0, "k": k} for k in range(6)]
     chosen, rest, record = packing.plan("auto", slots, todo, [], run=lambda psets, client: _run_on(client, psets))
     assert record.probe_runs == 2 and len(rest) == 4
-    assert record.probe == [{"footprint_mib": 20000.0, "total_mib": H100_MIB, "busy": pytest.approx(0.6),
-                                "run_s": 1.0}]  # fmt: skip
+    assert record.probe == (PackingProbe(20000.0, H100_MIB, pytest.approx(0.6), 1.0),)
     assert record.chosen == 3 and "60% busy: 4" in record.why
     assert "memory holds 3 (20000 MiB each)" in record.why
     assert [w.name for w in chosen] == ["gpu0", "gpu0.1", "gpu0.2"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from gpulab.errors import GpulabError, UnknownValue
+from gpulab.names import Architecture
 from gpulab.report.io import load_report
 from gpulab.workloads import REGISTRY, registry
 from gpulab.workloads.precision_plan import for_architecture
@@ -75,7 +76,7 @@ def test_an_entry_point_adds_a_workload_after_the_built_in_ones(mlp_declared):
     assert tuple(REGISTRY) == (*SEEDS, "mlp")
     mlp = REGISTRY["mlp"]
     assert mlp.sizes["tiny"] == (16, 4) and not mlp.epochs and mlp.tensorflow is None
-    plan = for_architecture("volta")
+    plan = for_architecture(Architecture.VOLTA)
     assert plan.training("mlp").channels_last is False  # its declaration says NHWC does not apply
     assert plan.training("resnet50").channels_last is True
 

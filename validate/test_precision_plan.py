@@ -13,7 +13,8 @@ def test_precision_plan(lab, verdict):
         verdict(Check("precision.plan", "skip", "no GPU to plan for"))
     choices = {w: plan.training(w) for w in SPEEDUP_WORKLOADS}
     shown = "; ".join(f"{w} {c.precision}" for w, c in choices.items())
-    how = f"forced to {plan.architecture} (--precision-plan)" if plan.forced else f"{plan.architecture} ({plan.basis})"
+    name = plan.architecture_name
+    how = f"forced to {name} (--precision-plan)" if plan.forced else f"{name} ({plan.basis})"
     evidence = {
         "plan": plan.to_dict(),
         "torch": {w: vars(c) for w, c in choices.items()},

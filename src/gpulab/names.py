@@ -1,5 +1,5 @@
 """gpulab's vocabulary, named once: precisions, problem sizes, validation tiers, launchers, frameworks, DDP's
-communication backends and driver branches.
+communication backends, driver branches and GPU architectures.
 
 Every layer (workloads, probes, launchers, the validation suite, the report schema) takes its names and their
 meaning from here, so a precision or a tier means the same thing wherever it is read:
@@ -9,8 +9,9 @@ meaning from here, so a precision or a tier means the same thing wherever it is 
     mode = names.Precision.parse("bf16")  # Precision.BF16: .tf32 True, .autocast "bfloat16", .spec_field "bf16_tflops"
     tier = names.ValidationTier.STANDARD  # .meaning: .workload_size, .probe (matmul/copy work), .allreduce_mib, ...
 
-Precisions, tiers, DDP's backends and driver branches are value types: the records hold them, and their one parser
-reads a text at the edges only (the command line, a study file, a worker's message, a report being loaded).
+Precisions, tiers, DDP's backends, driver branches and architectures are value types: the records hold them, and
+their one parser reads a text at the edges only (the command line, a study file, a worker's message, a report being
+loaded, what a driver reports).
 
 This module imports nothing heavy (no torch, no TensorFlow): the command line and the schema read it too.
 """
@@ -431,3 +432,121 @@ def _driver_spelling(value: object, what: str) -> re.Match[str]:
     if match is None:
         raise GpulabError(f"{what} {value!r} is not a driver branch or version; write e.g. R580, 580 or 580.95.05.")
     return match
+
+
+# -- GPU architectures ---------------------------------------------------------------------------------------
+class Architecture(str, enum.Enum):
+    """A GPU architecture the compatibility matrix lists, its value the matrix's name. Ordered by age, oldest first
+    (`arch >= Architecture.AMPERE`); `.driver_name` is how NVML and nvidia-smi name it ("Ada Lovelace"). A str, so
+    that JSON and dict keys see the matrix's name; parsed here only: `Architecture.parse` where the matrix or a
+    person names one (matrix.yml, `--precision-plan`, the pre-flight's target stack), `parse_reported` and
+    `from_nvml` where a driver or a recorded fingerprint does, which may name one newer than the matrix."""
+
+    FERMI = "Fermi"
+    KEPLER = "Kepler"
+    MAXWELL = "Maxwell"
+    PASCAL = "Pascal"
+    VOLTA = "Volta"
+    TURING = "Turing"
+    AMPERE = "Ampere"
+    ADA = "Ada"
+    HOPPER = "Hopper"
+    BLACKWELL = "Blackwell"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def driver_name(self) -> str:
+        """The name NVML and nvidia-smi's <product_architecture> report: "Ada Lovelace" for Ada, else the value."""
+        return _DRIVER_NAMES.get(self, self.value)
+
+    def _age(self, other: object) -> tuple[int, int]:
+        if not isinstance(other, Architecture):  # a str would compare alphabetically: parse it first
+            raise TypeError(f"an Architecture is ordered against another only, not {other!r}; parse it first")
+        return _AGE[self], _AGE[other]
+
+    def __lt__(self, other: object) -> bool:
+        mine, theirs = self._age(other)
+        return mine < theirs
+
+    def __le__(self, other: object) -> bool:
+        mine, theirs = self._age(other)
+        return mine <= theirs
+
+    def __gt__(self, other: object) -> bool:
+        mine, theirs = self._age(other)
+        return mine > theirs
+
+    def __ge__(self, other: object) -> bool:
+        mine, theirs = self._age(other)
+        return mine >= theirs
+
+    @classmethod
+    def parse(cls, value: object, what: str = "architecture", *, who: str = "") -> Architecture:
+        """The architecture `value` names as the matrix or a driver writes it, in any case ("Ada Lovelace", "ada",
+        "Hopper"), or errors.UnknownValue naming `what` and the choices. `who` prefixes the message."""
+        if isinstance(value, Architecture):
+            return value
+        found = _ARCHITECTURE_SPELLINGS.get(" ".join(value.lower().split())) if isinstance(value, str) else None
+        if found is None:
+            raise UnknownValue(what, value, ARCHITECTURES, who=who)
+        return found
+
+    @classmethod
+    def parse_reported(cls, value: object, what: str = "architecture") -> ReportedArchitecture:
+        """An architecture as a driver or a recorded fingerprint names it: the member for a name the matrix's
+        architectures go by, else an UnlistedArchitecture holding the text (one newer than the matrix, "Rubin").
+        A value that is no name at all (not text, or blank) is errors.UnknownValue."""
+        if isinstance(value, Architecture | UnlistedArchitecture):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise UnknownValue(what, value, ARCHITECTURES)
+        found = _ARCHITECTURE_SPELLINGS.get(" ".join(value.lower().split()))
+        return found if found is not None else UnlistedArchitecture(value)
+
+    @classmethod
+    def from_nvml(cls, code: object) -> ReportedArchitecture | None:
+        """nvmlDeviceGetArchitecture's code (nvml.h's nvmlDeviceArchitecture_t): the architecture, Rubin's 13 an
+        UnlistedArchitecture; None for a code nvml.h did not name when this was written."""
+        return _NVML_CODES.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+@dataclass(frozen=True)
+class UnlistedArchitecture:
+    """An architecture a driver reports that the matrix does not list, held as the driver's text: one newer than
+    the matrix (NVML's code 13, "Rubin") or a name a later driver brings. Not an Architecture: it has no age among
+    them and the matrix says nothing of it, so nothing is judged by it (a health check notes it as not judged), and
+    a fingerprint writes it back as it was read."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def driver_name(self) -> str:
+        return self.name
+
+
+ReportedArchitecture: TypeAlias = Architecture | UnlistedArchitecture  # what a GPU's reported architecture holds
+ARCHITECTURES: tuple[str, ...] = tuple(a.value for a in Architecture)  # oldest first, as the matrix names them
+_AGE: dict[Architecture, int] = {a: age for age, a in enumerate(Architecture)}
+_DRIVER_NAMES: dict[Architecture, str] = {Architecture.ADA: "Ada Lovelace"}
+_ARCHITECTURE_SPELLINGS: dict[str, Architecture] = {
+    **{a.value.lower(): a for a in Architecture},
+    **{a.driver_name.lower(): a for a in Architecture},
+}
+# nvmlDeviceArchitecture_t (nvml.h) -> the architecture; 13 (Rubin) is newer than the matrix.
+_NVML_CODES: dict[int, ReportedArchitecture] = {
+    2: Architecture.KEPLER,
+    3: Architecture.MAXWELL,
+    4: Architecture.PASCAL,
+    5: Architecture.VOLTA,
+    6: Architecture.TURING,
+    7: Architecture.AMPERE,
+    8: Architecture.ADA,
+    9: Architecture.HOPPER,
+    10: Architecture.BLACKWELL,
+    13: UnlistedArchitecture("Rubin"),
+}

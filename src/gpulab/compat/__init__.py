@@ -8,7 +8,6 @@ newest stack for an H200.
 from __future__ import annotations
 
 from gpulab.compat import current
-from gpulab.compat.architectures import NVML_ARCHITECTURES, driver_name
 from gpulab.compat.check import Incompatibility, Stack, check_stack, selected_torch_build
 from gpulab.compat.data import GpuSpec, cudnn_wheel_pins, load_matrix
 from gpulab.compat.gpu_names import CONSUMER, DATA_CENTRE, product_class
@@ -25,17 +24,16 @@ from gpulab.compat.rules import (
     cuda_supports_cc,
     driver_branch,
     driver_supports_arch,
+    matrix_arch,
     max_cuda_for_driver,
     min_driver_for_cuda,
     newest_branch_for_arch,
-    normalize_arch,
 )
 
 __all__ = [
     "ARCH_CC",
     "CONSUMER",
     "DATA_CENTRE",
-    "NVML_ARCHITECTURES",
     "GpuSpec",
     "Incompatibility",
     "Stack",
@@ -47,17 +45,16 @@ __all__ = [
     "cudnn_wheel_pins",
     "current",
     "driver_branch",
-    "driver_name",
     "driver_supports_arch",
     "gpu_by_name",
     "gpu_by_pci_id",
     "gpu_for",
     "load_matrix",
+    "matrix_arch",
     "max_cuda_for_driver",
     "min_driver_for_cuda",
     "newest_branch_for_arch",
     "newest_stack",
-    "normalize_arch",
     "normalize_pci_id",
     "plan_stack",
     "product_class",

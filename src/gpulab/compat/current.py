@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gpulab.compat import advice, rules, versions
 from gpulab.compat.data import Profile, load_matrix
 from gpulab.errors import GpulabError
+from gpulab.names import Architecture
 
 
 @dataclass(frozen=True)
@@ -74,20 +75,23 @@ def driver_age(driver: str, cc: str) -> DriverAge | None:
     return DriverAge(driver, cc, max_cuda, predates, builds)
 
 
-def first_branch_for(architecture: str, minimum: str) -> str | None:
+def first_branch_for(architecture: Architecture, minimum: str) -> str | None:
     """The oldest branch the matrix lists that drives `architecture` and whose release meets `minimum`."""
-    arch = rules.normalize_arch(architecture)
-    fits = [b for b in load_matrix().drivers if arch in b.architectures and rules.driver_meets(b.recommended, minimum)]
+    fits = [
+        b
+        for b in load_matrix().drivers
+        if architecture in b.architectures and rules.driver_meets(b.recommended, minimum)
+    ]
     return min(fits, key=lambda b: b.number).branch if fits else None
 
 
-def profiles_for(architecture: str, cc: str) -> list[str]:
+def profiles_for(architecture: Architecture, cc: str) -> list[str]:
     """The matrix's named stacks whose every component runs on a GPU of this architecture and compute capability
     (legacy-2018 runs on a Kepler K80): what is left to run on a GPU no current build supports."""
     return [p.name for p in load_matrix().profiles if _runs_on(p, architecture, cc)]
 
 
-def _runs_on(profile: Profile, architecture: str, cc: str) -> bool:
+def _runs_on(profile: Profile, architecture: Architecture, cc: str) -> bool:
     stack = profile.stack
     cudas = [c for c in (stack.get("cuda") or "").split(",") if c]
     try:

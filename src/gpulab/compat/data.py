@@ -16,11 +16,10 @@ from typing import Any
 import yaml
 
 from gpulab.compat import versions
-from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.entry import Entry
 from gpulab.compat.gpu_names import ProductClass, name_key, product_class
 from gpulab.errors import GpulabError
-from gpulab.names import DriverBranch
+from gpulab.names import ARCHITECTURES, Architecture, DriverBranch, UnknownValue
 
 _PCI_ID = re.compile(r"^10de:[0-9a-f]{4}$")
 
@@ -30,7 +29,7 @@ class GpuSpec:
     name: str
     aliases: tuple[str, ...]
     pci_ids: tuple[str, ...]
-    architecture: str
+    architecture: Architecture
     compute_capability: str
     memory_gib: float
     form_factor: str
@@ -73,8 +72,8 @@ class BranchEntry:
     number: int
     max_cuda: str
     recommended: str
-    architectures: tuple[str, ...]
-    open_kernel_modules: str | None
+    architectures: tuple[Architecture, ...]
+    open_kernel_modules: Architecture | None
     source: str
     open_default: bool = False  # installs the open kernel modules by default where they drive the GPU
 
@@ -218,11 +217,14 @@ class Matrix:
     cudnn_wheels: tuple[CudnnWheel, ...] = ()
 
 
-def _arch(entry: Entry, key: str) -> str:
+def _arch(entry: Entry, key: str) -> Architecture:
     value = entry.text(key)
-    if value not in ARCHITECTURES:
-        raise GpulabError(f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}.")
-    return value
+    try:
+        return Architecture.parse(value)
+    except UnknownValue:
+        raise GpulabError(
+            f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}."
+        ) from None
 
 
 def _gpu(e: Entry) -> GpuSpec:
@@ -290,13 +292,17 @@ def _branch_text(where: str, value: str, example: str) -> str:
 
 def _driver(e: Entry) -> BranchEntry:
     branch = _branch_text(f"{e.where}.branch", e.text("branch"), "R580")
-    archs = e.texts("architectures")
-    for arch in archs:
-        if arch not in ARCHITECTURES:
-            raise GpulabError(f"matrix.yml: {e.where}.architectures has unknown {arch!r}.")
+    archs = []
+    for text in e.texts("architectures"):
+        try:
+            archs.append(Architecture.parse(text))
+        except UnknownValue:
+            raise GpulabError(f"matrix.yml: {e.where}.architectures has unknown {text!r}.") from None
     okm = e.opt_text("open_kernel_modules")
-    if okm is not None and okm not in ARCHITECTURES:
-        raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.")
+    try:
+        oldest_open = None if okm is None else Architecture.parse(okm)
+    except UnknownValue:
+        raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.") from None
     recommended = e.version("recommended")
     number = DriverBranch.parse(branch).number
     if versions.major(recommended) != number:
@@ -306,8 +312,8 @@ def _driver(e: Entry) -> BranchEntry:
         number=number,
         max_cuda=e.version("max_cuda"),
         recommended=recommended,
-        architectures=archs,
-        open_kernel_modules=okm,
+        architectures=tuple(archs),
+        open_kernel_modules=oldest_open,
         source=e.text("source"),
         open_default=e.opt_flag("open_default"),
     )

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.compat import rules, versions
-from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.gpus import gpu_for
-from gpulab.compat.kernel_modules import OPEN_ONLY_ARCHITECTURES
+from gpulab.compat.kernel_modules import OPEN_ONLY_FROM
+from gpulab.names import Architecture
 
 MODES = ("keep", "replace", "refuse")
 # Packages whose version is the driver's (the kernel-module and userspace packages of every packaging).
@@ -120,19 +120,16 @@ def _shortfalls(version: str, flavour: str | None, target: dict[str, Any]) -> li
         return [f"driver {version} is no branch gpulab's matrix knows"]
     why = []
     for gpu in target.get("gpus", []):
-        arch = gpu["architecture"]
+        arch = Architecture.parse(gpu["architecture"], "gpulab_target_stack gpus[].architecture")
         if arch not in branch.architectures:
             why.append(f"{branch.branch} does not drive {gpu['name']} ({arch})")
         spec = gpu_for(gpu["name"], gpu.get("pci_id"))
         minimum = spec.min_driver if spec else None
         if minimum and versions.compare(version, minimum) < 0:
             why.append(f"{gpu['name']} needs driver >= {minimum}")
-        if flavour == "proprietary" and arch in OPEN_ONLY_ARCHITECTURES:
+        if flavour == "proprietary" and arch >= OPEN_ONLY_FROM:
             why.append(f"{gpu['name']} is driven only by the open kernel modules; the proprietary ones are in place")
-        if flavour == "open" and (
-            branch.open_kernel_modules is None
-            or ARCHITECTURES.index(arch) < ARCHITECTURES.index(branch.open_kernel_modules)
-        ):
+        if flavour == "open" and (branch.open_kernel_modules is None or arch < branch.open_kernel_modules):
             why.append(f"the open kernel modules in place do not drive {gpu['name']} ({arch})")
     for cuda in target.get("cuda", []):
         if versions.compare(cuda, branch.max_cuda) > 0:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from gpulab.compat import rules
-from gpulab.compat.architectures import ARCHITECTURES
 from gpulab.compat.data import GpuSpec, load_matrix
 from gpulab.compat.problems import Problems
+from gpulab.names import Architecture
 
 KERNEL_MODULES = ("auto", "open", "proprietary")
-# The open GPU kernel modules are the only ones that drive these architectures (NVIDIA driver README,
+# The open GPU kernel modules are the only ones that drive this architecture and newer ones (NVIDIA driver README,
 # "Open Linux Kernel Modules": Blackwell and newer require them).
-OPEN_ONLY_ARCHITECTURES = ("Blackwell",)
+OPEN_ONLY_FROM = Architecture.BLACKWELL
 
 
 def choose_kernel_modules(requested: str, driver: str | None, specs: list[GpuSpec], problems: Problems) -> str | None:
@@ -29,11 +29,11 @@ def choose_kernel_modules(requested: str, driver: str | None, specs: list[GpuSpe
         return None  # the stack check reports the unknown driver
     oldest = branch.open_kernel_modules
 
-    def open_ok(arch: str) -> bool:
-        return oldest is not None and ARCHITECTURES.index(arch) >= ARCHITECTURES.index(oldest)
+    def open_ok(arch: Architecture) -> bool:
+        return oldest is not None and arch >= oldest
 
     no_open = sorted({s.name for s in specs if not open_ok(s.architecture)})
-    need_open = sorted({s.name for s in specs if s.architecture in OPEN_ONLY_ARCHITECTURES})
+    need_open = sorted({s.name for s in specs if s.architecture >= OPEN_ONLY_FROM})
     if need_open and no_open:
         problems.add(
             "kernel_modules",
@@ -42,7 +42,7 @@ def choose_kernel_modules(requested: str, driver: str | None, specs: list[GpuSpe
         )
         return None
     if requested == "open" and no_open:
-        archs = sorted({s.architecture for s in specs if not open_ok(s.architecture)})
+        archs = sorted({str(s.architecture) for s in specs if not open_ok(s.architecture)})
         fix = "set gpulab_stack.kernel_modules to 'proprietary' (or 'auto', which picks it for this GPU)."
         if oldest is None:
             first = min((b for b in load_matrix().drivers if b.open_kernel_modules), key=lambda b: b.number)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.compat import versions
-from gpulab.compat.architectures import matrix_name
 from gpulab.compat.data import CudaRelease, load_matrix
-from gpulab.compat.rules import normalize_arch
+from gpulab.compat.rules import matrix_arch
+from gpulab.names import Architecture, ReportedArchitecture
 
 # (first id, last id, architecture, compute capability), device ids of vendor 10de, first match wins; from
 # pci.ids chip names (GF1xx Fermi, GK1xx/GK2xx Kepler, GM1xx/GM2xx Maxwell, GP1xx Pascal, GV100 Volta, TU1xx
@@ -21,66 +21,67 @@ from gpulab.compat.rules import normalize_arch
 # programming guide, "Compute Capabilities"; None where no CUDA release names the chip yet).
 # tests/test_compat_legacy.py holds every GPU pci.ids names by its chip against these. Ids of pre-Fermi chips
 # (G8x/G9x/GT2xx, e.g. GT218 at 0x10C0) are in no range.
-_PCI_RANGES: tuple[tuple[int, int, str, str | None], ...] = (
-    (0x06C0, 0x06DF, "Fermi", "2.0"),  # GF100
-    (0x0DC0, 0x0DFF, "Fermi", "2.1"),  # GF106, GF108
-    (0x0E20, 0x0E3F, "Fermi", "2.1"),  # GF104
-    (0x0F00, 0x0F3F, "Fermi", "2.1"),  # GF108 (GeForce GT 610/620/630/730)
-    (0x0FC0, 0x0FFF, "Kepler", "3.0"),  # GK107
-    (0x102D, 0x102D, "Kepler", "3.7"),  # GK210 (Tesla K80), inside the GK110 block below
-    (0x1000, 0x103F, "Kepler", "3.5"),  # GK110, GK110B, GK180 (Tesla K20/K40)
-    (0x1040, 0x107F, "Fermi", "2.1"),  # GF119
-    (0x1080, 0x109F, "Fermi", "2.0"),  # GF110 (Tesla M2090, GTX 580)
-    (0x1140, 0x115F, "Fermi", "2.1"),  # GF117M
-    (0x1180, 0x11FF, "Kepler", "3.0"),  # GK104, GK106 (GRID K520, GTX 680)
-    (0x1200, 0x127F, "Fermi", "2.1"),  # GF114, GF116
-    (0x1280, 0x12BF, "Kepler", "3.5"),  # GK208
-    (0x1300, 0x133F, "Kepler", "3.5"),  # GK110 (0x130B)
-    (0x1340, 0x13BF, "Maxwell", "5.0"),  # GM108, GM107 (Tesla M10)
-    (0x13C0, 0x13FF, "Maxwell", "5.2"),  # GM204
-    (0x1400, 0x143F, "Maxwell", "5.2"),  # GM206
-    (0x15C0, 0x15FF, "Pascal", "6.0"),  # GP100
-    (0x1600, 0x167F, "Maxwell", "5.2"),  # GM204 mobile
-    (0x1720, 0x172F, "Pascal", "6.0"),  # GP100: inside the Maxwell block below, so listed before it
-    (0x1700, 0x17BF, "Maxwell", "5.0"),  # GM107, GM108
-    (0x17C0, 0x17FF, "Maxwell", "5.2"),  # GM200 (Tesla M40)
-    (0x1B00, 0x1D7F, "Pascal", "6.1"),  # GP102, GP104, GP106, GP107, GP108
-    (0x1D80, 0x1DFF, "Volta", "7.0"),  # GV100
-    (0x1E00, 0x1FFF, "Turing", "7.5"),  # TU102, TU104, TU106, TU117
-    (0x2080, 0x20FF, "Ampere", "8.0"),  # GA100
-    (0x2100, 0x21FF, "Turing", "7.5"),  # TU116
-    (0x2300, 0x23FF, "Hopper", "9.0"),  # GH100 (H100, H200, GH200): inside the GA10x block below, so listed first
-    (0x2200, 0x25FF, "Ampere", "8.6"),  # GA102, GA103, GA104, GA106, GA107
-    (0x2600, 0x28FF, "Ada", "8.9"),  # AD102, AD103, AD104, AD106, AD107
-    (0x2900, 0x29FF, "Blackwell", "10.0"),  # GB100, GB102 (B100, B200, GB200)
-    (0x2B00, 0x2B00, "Blackwell", "11.0"),  # GB10B (Jetson Thor)
-    (0x2E00, 0x2E3F, "Blackwell", "12.1"),  # GB20B (GB10, DGX Spark)
-    (0x2B00, 0x2FFF, "Blackwell", "12.0"),  # GB202, GB203, GB205, GB206, GB207 (GeForce RTX 50, RTX PRO)
-    (0x3180, 0x31FF, "Blackwell", "10.3"),  # GB110 (B300, GB300)
-    (0x3200, 0x33FF, "Blackwell", None),  # GB112, GB120
+_PCI_RANGES: tuple[tuple[int, int, Architecture, str | None], ...] = (
+    (0x06C0, 0x06DF, Architecture.FERMI, "2.0"),  # GF100
+    (0x0DC0, 0x0DFF, Architecture.FERMI, "2.1"),  # GF106, GF108
+    (0x0E20, 0x0E3F, Architecture.FERMI, "2.1"),  # GF104
+    (0x0F00, 0x0F3F, Architecture.FERMI, "2.1"),  # GF108 (GeForce GT 610/620/630/730)
+    (0x0FC0, 0x0FFF, Architecture.KEPLER, "3.0"),  # GK107
+    (0x102D, 0x102D, Architecture.KEPLER, "3.7"),  # GK210 (Tesla K80), inside the GK110 block below
+    (0x1000, 0x103F, Architecture.KEPLER, "3.5"),  # GK110, GK110B, GK180 (Tesla K20/K40)
+    (0x1040, 0x107F, Architecture.FERMI, "2.1"),  # GF119
+    (0x1080, 0x109F, Architecture.FERMI, "2.0"),  # GF110 (Tesla M2090, GTX 580)
+    (0x1140, 0x115F, Architecture.FERMI, "2.1"),  # GF117M
+    (0x1180, 0x11FF, Architecture.KEPLER, "3.0"),  # GK104, GK106 (GRID K520, GTX 680)
+    (0x1200, 0x127F, Architecture.FERMI, "2.1"),  # GF114, GF116
+    (0x1280, 0x12BF, Architecture.KEPLER, "3.5"),  # GK208
+    (0x1300, 0x133F, Architecture.KEPLER, "3.5"),  # GK110 (0x130B)
+    (0x1340, 0x13BF, Architecture.MAXWELL, "5.0"),  # GM108, GM107 (Tesla M10)
+    (0x13C0, 0x13FF, Architecture.MAXWELL, "5.2"),  # GM204
+    (0x1400, 0x143F, Architecture.MAXWELL, "5.2"),  # GM206
+    (0x15C0, 0x15FF, Architecture.PASCAL, "6.0"),  # GP100
+    (0x1600, 0x167F, Architecture.MAXWELL, "5.2"),  # GM204 mobile
+    (0x1720, 0x172F, Architecture.PASCAL, "6.0"),  # GP100: inside the Maxwell block below, so listed before it
+    (0x1700, 0x17BF, Architecture.MAXWELL, "5.0"),  # GM107, GM108
+    (0x17C0, 0x17FF, Architecture.MAXWELL, "5.2"),  # GM200 (Tesla M40)
+    (0x1B00, 0x1D7F, Architecture.PASCAL, "6.1"),  # GP102, GP104, GP106, GP107, GP108
+    (0x1D80, 0x1DFF, Architecture.VOLTA, "7.0"),  # GV100
+    (0x1E00, 0x1FFF, Architecture.TURING, "7.5"),  # TU102, TU104, TU106, TU117
+    (0x2080, 0x20FF, Architecture.AMPERE, "8.0"),  # GA100
+    (0x2100, 0x21FF, Architecture.TURING, "7.5"),  # TU116
+    # GH100 (H100, H200, GH200): inside the GA10x block below, so listed first
+    (0x2300, 0x23FF, Architecture.HOPPER, "9.0"),
+    (0x2200, 0x25FF, Architecture.AMPERE, "8.6"),  # GA102, GA103, GA104, GA106, GA107
+    (0x2600, 0x28FF, Architecture.ADA, "8.9"),  # AD102, AD103, AD104, AD106, AD107
+    (0x2900, 0x29FF, Architecture.BLACKWELL, "10.0"),  # GB100, GB102 (B100, B200, GB200)
+    (0x2B00, 0x2B00, Architecture.BLACKWELL, "11.0"),  # GB10B (Jetson Thor)
+    (0x2E00, 0x2E3F, Architecture.BLACKWELL, "12.1"),  # GB20B (GB10, DGX Spark)
+    (0x2B00, 0x2FFF, Architecture.BLACKWELL, "12.0"),  # GB202, GB203, GB205, GB206, GB207 (GeForce RTX 50, RTX PRO)
+    (0x3180, 0x31FF, Architecture.BLACKWELL, "10.3"),  # GB110 (B300, GB300)
+    (0x3200, 0x33FF, Architecture.BLACKWELL, None),  # GB112, GB120
 )
 
 # The compute capability a stack must serve for each architecture: the one most of its compute boards have
 # (Kepler's Tesla K20/K40/K80 are 3.5/3.7; its 3.0 parts lost CUDA support earlier, with CUDA 11.0).
-ARCH_CC = {
-    "Fermi": "2.0",
-    "Kepler": "3.5",
-    "Maxwell": "5.0",
-    "Pascal": "6.0",
-    "Volta": "7.0",
-    "Turing": "7.5",
-    "Ampere": "8.0",
-    "Ada": "8.9",
-    "Hopper": "9.0",
-    "Blackwell": "10.0",
+ARCH_CC: dict[Architecture, str] = {
+    Architecture.FERMI: "2.0",
+    Architecture.KEPLER: "3.5",
+    Architecture.MAXWELL: "5.0",
+    Architecture.PASCAL: "6.0",
+    Architecture.VOLTA: "7.0",
+    Architecture.TURING: "7.5",
+    Architecture.AMPERE: "8.0",
+    Architecture.ADA: "8.9",
+    Architecture.HOPPER: "9.0",
+    Architecture.BLACKWELL: "10.0",
 }
 
 # Older than the matrix's CUDA list (9.0 on): Fermi's last CUDA is 8.0 (CUDA 9.0 release notes, "Fermi
 # architecture support has been removed").
-_LAST_CUDA_BEFORE_MATRIX = {"Fermi": "8.0"}
+_LAST_CUDA_BEFORE_MATRIX = {Architecture.FERMI: "8.0"}
 
 
-def _range_for_pci_id(pci_id: str | None) -> tuple[int, int, str, str | None] | None:
+def _range_for_pci_id(pci_id: str | None) -> tuple[int, int, Architecture, str | None] | None:
     if not pci_id or not pci_id.lower().startswith("10de:"):
         return None
     try:
@@ -90,8 +91,8 @@ def _range_for_pci_id(pci_id: str | None) -> tuple[int, int, str, str | None] | 
     return next((r for r in _PCI_RANGES if r[0] <= device <= r[1]), None)
 
 
-def architecture_for_pci_id(pci_id: str | None) -> str | None:
-    """ "10de:1091" -> "Fermi"; None for another vendor, a malformed id or one in no known range."""
+def architecture_for_pci_id(pci_id: str | None) -> Architecture | None:
+    """ "10de:1091" -> Architecture.FERMI; None for another vendor, a malformed id or one in no known range."""
     found = _range_for_pci_id(pci_id)
     return found[2] if found else None
 
@@ -102,17 +103,16 @@ def compute_capability_for_pci_id(pci_id: str | None) -> str | None:
     return found[3] if found else None
 
 
-def sole_compute_capability(architecture: str | None) -> str | None:
-    """The compute capability every chip of the architecture has, as the matrix or a driver names it (Volta 7.0,
-    Turing 7.5, Ada 8.9, Hopper 9.0); None where its chips differ (Ampere 8.0 and 8.6) or the name is unknown."""
-    arch = matrix_name(architecture or "")
-    found = {cc for _, _, a, cc in _PCI_RANGES if a == arch}
+def sole_compute_capability(architecture: ReportedArchitecture | None) -> str | None:
+    """The compute capability every chip of the architecture has (Volta 7.0, Turing 7.5, Ada 8.9, Hopper 9.0);
+    None where its chips differ (Ampere 8.0 and 8.6) or the matrix does not list the architecture."""
+    found = {cc for _, _, a, cc in _PCI_RANGES if a is architecture}
     return found.pop() if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
 class NewestStack:
-    architecture: str
+    architecture: Architecture
     driver_branch: str
     driver: str
     cuda: str | None
@@ -136,10 +136,10 @@ class NewestStack:
         return f"driver {self.driver_branch} ({self.driver}), {cuda}, {torch}, {tf}"
 
 
-def newest_stack(architecture: str, compute_capability: str | None = None) -> NewestStack:
+def newest_stack(architecture: ReportedArchitecture, compute_capability: str | None = None) -> NewestStack:
     """The newest driver branch, CUDA, PyTorch and TensorFlow that support `architecture`, from matrix.yml;
     for a GPU of known `compute_capability` (a Kepler GK104 is 3.0, not the architecture's 3.5) by that."""
-    arch = normalize_arch(architecture)
+    arch = matrix_arch(architecture)
     matrix = load_matrix()
     branches = [b for b in matrix.drivers if arch in b.architectures]
     last = max(branches, key=lambda b: b.number)

@@ -15,6 +15,7 @@ from typing import Any
 from gpulab.compat import versions
 from gpulab.compat.data import DriverLifecycle, load_matrix
 from gpulab.compat.gpus import gpu_for
+from gpulab.names import Architecture
 
 
 def lifecycle(branch: int) -> DriverLifecycle | None:
@@ -50,7 +51,8 @@ def _drives(branch: int, target: dict[str, Any]) -> bool:
         return False
     for gpu in target.get("gpus", []):
         spec = gpu_for(gpu["name"], gpu.get("pci_id"))
-        if gpu["architecture"] not in record.architectures:
+        arch = Architecture.parse(gpu["architecture"], "gpulab_target_stack gpus[].architecture")
+        if arch not in record.architectures:
             return False
         if spec and spec.min_driver and versions.compare(record.recommended, spec.min_driver) < 0:
             return False

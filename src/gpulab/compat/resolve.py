@@ -22,7 +22,7 @@ from gpulab.compat.gpus import gpu_by_pci_id
 from gpulab.compat.kernel_modules import choose_kernel_modules
 from gpulab.compat.plan import plan_stack, profile
 from gpulab.compat.problems import Problems
-from gpulab.names import DriverBranch
+from gpulab.names import Architecture, DriverBranch
 
 # Stack keys a user may set in `gpulab_stack`; `kernel_modules` picks open or proprietary kernel modules.
 STACK_KEYS = ("driver", "cuda", "cudnn", "torch", "tensorflow", "python", "kernel_modules")
@@ -74,7 +74,7 @@ class TargetGpu(TypedDict):
     address: str | None
     pci_id: str | None
     name: str
-    architecture: str
+    architecture: Architecture
     compute_capability: str
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gpulab.compat import versions
-from gpulab.compat.architectures import ARCHITECTURES, matrix_name
 from gpulab.compat.data import (
     BranchEntry,
     CudaRelease,
@@ -14,7 +13,7 @@ from gpulab.compat.data import (
     load_matrix,
 )
 from gpulab.errors import GpulabError
-from gpulab.names import DriverBranch
+from gpulab.names import ARCHITECTURES, Architecture, DriverBranch, ReportedArchitecture
 
 
 def _known(items: list[str]) -> str:
@@ -60,16 +59,15 @@ def branch_record(driver: str) -> BranchEntry:
     return max(below, key=lambda b: b.number)
 
 
-def normalize_arch(architecture: str) -> str:
-    """The matrix's name for an architecture as the matrix or a driver names it ("Ada Lovelace" -> "Ada")."""
-    arch = matrix_name(architecture)
-    if arch is not None:
-        return arch
-    raise GpulabError(f"architecture {architecture!r} is unknown; use one of {_known(list(ARCHITECTURES))}.")
+def matrix_arch(architecture: ReportedArchitecture) -> Architecture:
+    """The architecture as one the matrix lists, or a GpulabError for one it does not (newer than the matrix)."""
+    if isinstance(architecture, Architecture):
+        return architecture
+    raise GpulabError(f"architecture {str(architecture)!r} is unknown; use one of {_known(list(ARCHITECTURES))}.")
 
 
-def driver_supports_arch(driver: str, architecture: str) -> bool:
-    return normalize_arch(architecture) in branch_record(driver).architectures
+def driver_supports_arch(driver: str, architecture: ReportedArchitecture) -> bool:
+    return matrix_arch(architecture) in branch_record(driver).architectures
 
 
 def driver_meets(driver: str, minimum: str) -> bool:
@@ -98,8 +96,8 @@ def max_cuda_for_driver(driver: str) -> str:
     return max(ok, key=lambda r: versions.key(r.version)).version
 
 
-def newest_branch_for_arch(architecture: str) -> BranchEntry:
-    arch = normalize_arch(architecture)
+def newest_branch_for_arch(architecture: ReportedArchitecture) -> BranchEntry:
+    arch = matrix_arch(architecture)
     branches = [b for b in load_matrix().drivers if arch in b.architectures]
     if not branches:
         raise GpulabError(f"no driver branch in the matrix supports {arch}.")

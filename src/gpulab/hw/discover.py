@@ -19,7 +19,6 @@ def _describe(gpu: GpuInfo) -> None:
     """Fill what the compatibility matrix knows of this model: its name there, architecture, compute capability
     and product class. A GPU the matrix lacks keeps what its source reported, and its class comes from its
     name and brand."""
-    from gpulab.compat import driver_name
     from gpulab.compat import gpus as matrix  # the matrix is data this module can do without
 
     try:
@@ -29,15 +28,14 @@ def _describe(gpu: GpuInfo) -> None:
     if spec is not None:
         gpu.matrix_name = spec.name
         gpu.compute_capability = gpu.compute_capability or spec.compute_capability
-        gpu.architecture = gpu.architecture or driver_name(spec.architecture)
+        gpu.architecture = gpu.architecture or spec.architecture
         gpu.product_class = spec.product_class
     else:
         from gpulab.compat import architecture_for_pci_id, product_class
 
         gpu.product_class = product_class(gpu.name, gpu.product_brand)
         # Drivers before R450 report no architecture: the PCI id's chip family names it.
-        found = architecture_for_pci_id(gpu.pci_device_id)
-        gpu.architecture = gpu.architecture or (driver_name(found) if found else None)
+        gpu.architecture = gpu.architecture or architecture_for_pci_id(gpu.pci_device_id)
     if gpu.compute_capability is None:
         # Used only when the matrix cannot say: an architecture whose chips all have one compute capability.
         from gpulab.compat import sole_compute_capability

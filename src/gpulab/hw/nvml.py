@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.compat import NVML_ARCHITECTURES, driver_name
 from gpulab.errors import GpulabError
 from gpulab.hw.pci_gpu import is_nvidia_gpu, parse_id
 from gpulab.hw.smi.xml import normalise_bus_id, split_pci_id
+from gpulab.names import Architecture
 from gpulab.records import EccErrors, GpuInfo, MemoryRetirement, MigDevice, NvLinkInfo, PcieLink
 
 ABSENT = "no NVIDIA GPU/driver found: "
@@ -35,8 +35,6 @@ THROTTLE_BITS: dict[int, str] = {
     0x100: "display_clocks_setting",
 }
 
-# nvmlDeviceGetArchitecture -> the name nvidia-smi reports ("Ada Lovelace").
-_ARCH = {code: driver_name(arch) for code, arch in NVML_ARCHITECTURES.items()}
 _VIRT = {0: "None", 1: "Pass-Through", 2: "VGPU", 3: "Host VGPU", 4: "Host VSGA"}
 # nvmlGpuTopologyLevel_t -> the `nvidia-smi topo -m` label. INTERNAL (two GPUs on one board) has no label
 # there; it is at most one bridge away, so PIX.
@@ -314,7 +312,7 @@ def _gpu(nv: Any, index: int, handle: Any) -> tuple[GpuInfo, int]:
         bus_id=normalise_bus_id(bus),
         pci_device_id=split_pci_id(getattr(pci, "pciDeviceId", None)) or "",
         pci_subsystem_id=split_pci_id(getattr(pci, "pciSubSystemId", None)),
-        architecture=_ARCH.get(_call(nv, "nvmlDeviceGetArchitecture", handle) or -1),
+        architecture=Architecture.from_nvml(_call(nv, "nvmlDeviceGetArchitecture", handle)),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         pcie=_pcie_link(nv, handle),
         memory_total_mib=_mib(getattr(mem, "total", None)),

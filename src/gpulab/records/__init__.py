@@ -1,8 +1,8 @@
 """The records every part of gpulab speaks: what a machine is (`GpuInfo`, `Fingerprint`), what a run is asked to do
 (`RunConfig`), what a run found (`Result` with its `TelemetrySummary` of `GpuTelemetry`, `Check`, `Report`) and how a
-study session sized its work (`Sizing`). Plain typed dataclasses on the ground floor, above only the vocabulary
-(`gpulab.names`): discovery, workloads, launchers, checks and the report all import them from here, and none of them
-needs the report's pages, plots or compare code to do so."""
+study session sized its work (`Sizing`, its probe runs `PackingProbe` or `BatchProbe`). Plain typed dataclasses on
+the ground floor, above only the vocabulary (`gpulab.names`): discovery, workloads, launchers, checks and the report
+all import them from here, and none of them needs the report's pages, plots or compare code to do so."""
 
 from gpulab.records.machine import (
     CAPTURE_SOURCE_PREFIX,
@@ -39,13 +39,14 @@ from gpulab.records.report import (
     spread_from_dict,
 )
 from gpulab.records.run import RunConfig
-from gpulab.records.study import Sizing
+from gpulab.records.study import BatchProbe, PackingProbe, Sizing, SizingProbe
 
 __all__ = [
     "CAPTURE_SOURCE_PREFIX",
     "READABLE_SCHEMAS",
     "SCHEMA_ID",
     "STATUSES",
+    "BatchProbe",
     "Check",
     "CpuInfo",
     "EccErrors",
@@ -59,12 +60,14 @@ __all__ = [
     "MigDevice",
     "NumaNode",
     "NvLinkInfo",
+    "PackingProbe",
     "PcieLink",
     "Report",
     "Result",
     "RunConfig",
     "Scaling",
     "Sizing",
+    "SizingProbe",
     "SoftwareInfo",
     "Speedup",
     "Spread",

@@ -13,6 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.names import Architecture, ReportedArchitecture
+
 # gpu_source of a fingerprint read from `nvidia-smi -q -x`: "nvidia-smi-xml:<path>".
 CAPTURE_SOURCE_PREFIX = "nvidia-smi-xml:"
 
@@ -93,7 +95,9 @@ class GpuInfo:
     bus_id: str  # normalised sysfs form, "0000:3b:00.0"
     pci_device_id: str  # "10de:2335", vendor:device in lower-case hex
     pci_subsystem_id: str | None = None  # "10de:18bf"
-    architecture: str | None = None
+    # As the driver names it, or the matrix for a GPU whose driver does not; written as drivers write it ("Ada
+    # Lovelace"), read back by Architecture.parse_reported (an architecture newer than the matrix stays its text).
+    architecture: ReportedArchitecture | None = None
     compute_capability: str | None = None  # "9.0"
     numa_node: int | None = None
     pcie: PcieLink = field(default_factory=PcieLink)
@@ -220,7 +224,10 @@ class Fingerprint:
         return self.gpu_source.startswith(CAPTURE_SOURCE_PREFIX)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for gpu, written in zip(self.gpus, out["gpus"], strict=True):
+            written["architecture"] = gpu.architecture.driver_name if gpu.architecture is not None else None
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
@@ -239,6 +246,8 @@ def _convert(hint: Any, value: Any) -> Any:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         # `X | None`: the value is not None here, so it is an X.
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if hint is Architecture:  # a GPU's architecture: as its driver wrote it, or one newer than the matrix
+        return Architecture.parse_reported(value, "fingerprint gpus[].architecture")
     if dataclasses.is_dataclass(hint):
         return _build(hint, value)
     args = typing.get_args(hint)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpulab.records import Sizing
+from gpulab.records import BatchProbe, Sizing
 from gpulab.studies.packing import AUTO, auto_or_count
 
 KEY = "batch_runs"  # the chosen size's name in sessions.json
@@ -114,21 +114,29 @@ def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:
     return None
 
 
-def size_from_probe(rows: Sequence[dict[str, Any]], remaining: int, workers: int) -> tuple[int, str]:
-    """(runs per batch, why) from the probe batches' rows (psweep's result columns, ending in _)."""
-    per_run: list[float] = []
-    free: list[float] = []
-    times: list[float] = []
-    for row in rows:
-        numbers = [row.get(k) for k in ("batch_memory_mib_", "batch_runs_", "gpu_total_mib_", "gpu_context_mib_")]
-        if row.get("status_") != "ok":
-            continue
-        if isinstance(row.get("timed_s_"), (int, float)):
-            times.append(float(row["timed_s_"]))
-        if all(isinstance(v, (int, float)) for v in numbers):
-            peak, runs, total, context = (float(v) for v in numbers)  # type: ignore[arg-type]
-            per_run.append(peak / max(1.0, runs))
-            free.append(total - context)
+def probe_from(row: dict[str, Any]) -> BatchProbe:
+    """A probe batch's run from its result columns (psweep's names, ending in _)."""
+
+    def number(key: str) -> float | None:
+        value = row.get(key)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    return BatchProbe(
+        row.get("status_") == "ok",
+        number("timed_s_"),
+        number("batch_memory_mib_"),
+        number("batch_runs_"),
+        number("gpu_total_mib_"),
+        number("gpu_context_mib_"),
+    )
+
+
+def size_from_probe(probes: Sequence[BatchProbe], remaining: int, workers: int) -> tuple[int, str]:
+    """(runs per batch, why) from the probe batches' runs that finished."""
+    done = [p for p in probes if p.finished]
+    times = [p.run_s for p in done if p.run_s is not None]
+    memory = [m for p in done if (m := p.memory) is not None]
+    per_run, free = [m[0] for m in memory], [m[1] for m in memory]
     even = max(1, math.ceil(remaining / max(1, workers)))
     why = [f"at most {MAX_AUTO} (MAX_AUTO)", f"{even} to give each of {workers} worker(s) an even share"]
     if not per_run and times:

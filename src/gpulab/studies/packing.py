@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.records import Sizing
+from gpulab.records import PackingProbe, Sizing
 
 AUTO = "auto"
 KEY = "per_gpu"  # the chosen count's name in sessions.json
@@ -92,17 +92,7 @@ def gpu_index(name: str) -> int | None:
     return int(head) if name.startswith("gpu") and head.isdigit() else None
 
 
-@dataclass(frozen=True)
-class Probe:
-    """What one probe run measured on its GPU."""
-
-    footprint_mib: float | None  # the run's process on the GPU: context, cached blocks, peak tensors
-    total_mib: float | None  # the GPU's memory
-    busy: float | None  # 0..1: NVML utilisation over the run's timed loop
-    run_s: float | None  # the timed loop
-
-
-def size(probes: Sequence[Probe], *, cores: int, gpus: int) -> tuple[int, str]:
+def size(probes: Sequence[PackingProbe], *, cores: int, gpus: int) -> tuple[int, str]:
     """(runs per GPU, why) from the probe runs, one per GPU (the tightest GPU decides)."""
     cap = max(1, min(MAX_AUTO, cores // max(1, gpus)))
     why = [f"at most {cap} (MAX_AUTO {MAX_AUTO}, {cores} cores for {gpus} GPU(s))"]
@@ -132,14 +122,14 @@ def size(probes: Sequence[Probe], *, cores: int, gpus: int) -> tuple[int, str]:
     return max(1, min(k, cap)), "; ".join(why)
 
 
-def probe_from(row: dict[str, Any], busy: float | None) -> Probe:
+def probe_from(row: dict[str, Any], busy: float | None) -> PackingProbe:
     """A probe from a run's result columns (psweep's names, ending in _) and the GPU's measured busy fraction."""
 
     def number(key: str) -> float | None:
         value = row.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
-    return Probe(number("gpu_process_mib_"), number("gpu_total_mib_"), busy, number("timed_s_"))
+    return PackingProbe(number("gpu_process_mib_"), number("gpu_total_mib_"), busy, number("timed_s_"))
 
 
 def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:
@@ -180,10 +170,10 @@ def plan(
     first, rest = todo[:probe_runs], todo[probe_runs:]
     probes = _probe(first, chosen, run)
     k, why = size(probes, cores=os.cpu_count() or 1, gpus=len(gpu_slots))
-    return packed(chosen, k, totals), rest, Sizing(KEY, AUTO, k, why, [p.__dict__ for p in probes], len(first))
+    return packed(chosen, k, totals), rest, Sizing(KEY, AUTO, k, why, tuple(probes), len(first))
 
 
-def _probe(first: list[dict[str, Any]], chosen: list[Any], run: Runner) -> list[Probe]:
+def _probe(first: list[dict[str, Any]], chosen: list[Any], run: Runner) -> list[PackingProbe]:
     """Run `first` on one worker per GPU while NVML is sampled; a probe from each worker's last finished run."""
     from gpulab.studies import cluster
     from gpulab.telemetry import Sampler

@@ -297,7 +297,9 @@ def _batched_run(
             probing = batching.BatchingClient(client, batching.PROBE_RUNS, shared, run_batch)
             df = _psweep_run(first, study_dir, df, dask_client=probing)
             mine = df[df["_run_id"] == df["_run_id"].iloc[-1]] if len(df) else df
-            size, why = batching.size_from_probe([dict(row) for _, row in mine.iterrows()], len(todo), workers)
+            size, why = batching.size_from_probe(
+                [batching.probe_from(dict(row)) for _, row in mine.iterrows()], len(todo), workers
+            )
             probe_runs = len(first)
     else:
         size = int(asked)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulab.names import Launcher, Precision
+from gpulab.names import Architecture, Launcher, Precision
 from gpulab.records import RunConfig, Threshold
 from gpulab.workloads.precision_plan import PrecisionPlan
 from gpulab.workloads.registry import REGISTRY
 
 # The plan of the newest GPUs: what the rows follow when there is no GPU to plan for.
-NEWEST = PrecisionPlan("Hopper", 9.0, None, None, "newest architecture")
+NEWEST = PrecisionPlan(Architecture.HOPPER, 9.0, None, None, "newest architecture")
 
 # Workloads the speedup rows run (at the tier's workload size, gpulab.names.Tier.workload_size).
 SPEEDUP_WORKLOADS = REGISTRY.names(speedup=True)

@@ -123,7 +123,6 @@ def _options(config: pytest.Config) -> Options:
         threshold=config.getoption("--threshold"),
         from_xml=config.getoption("--from-xml"),
         topo_file=config.getoption("--topo"),
-        precision_plan=config.getoption("--precision-plan"),
         record=config.getoption("--record"),
         allow_busy=config.getoption("--allow-busy"),
     )
@@ -143,10 +142,10 @@ def _options(config: pytest.Config) -> Options:
             input_file(opts.from_xml, "--from-xml", "capture one with `nvidia-smi -q -x > FILE`")
         if opts.topo_file is not None:
             input_file(opts.topo_file, "--topo", "capture one with `nvidia-smi topo -m > FILE`")
-        if opts.precision_plan is not None:
-            from gpulab.workloads.precision_plan import for_architecture
+        if (plan := config.getoption("--precision-plan")) is not None:
+            from gpulab.workloads.precision_plan import plan_architecture
 
-            for_architecture(opts.precision_plan)  # an unknown architecture is refused before the first test
+            opts.precision_plan = plan_architecture(plan)  # one with no plan is refused before the first test
         if opts.record is not None:
             inputs = [p for p in (opts.baseline, opts.from_xml, opts.topo_file) if p is not None]
             check_output(Output(opts.record, "--record", "run.json"), inputs)

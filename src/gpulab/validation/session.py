@@ -31,7 +31,8 @@ class Options:
     threshold: str = "5%"
     from_xml: Path | None = None  # judge a captured `nvidia-smi -q -x` instead of live NVML
     topo_file: Path | None = None
-    precision_plan: str | None = None  # an architecture whose training precisions the rows follow (--precision-plan)
+    # An architecture whose training precisions the rows follow (--precision-plan, read by the plugin)
+    precision_plan: names.Architecture | None = None
     record: Path | None = None  # where the run record goes (`--record`); none: no record
     allow_busy: bool = False  # time GPUs that other work occupies (`--allow-busy`)
 

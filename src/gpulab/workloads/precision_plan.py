@@ -20,7 +20,7 @@ from typing import Any
 from gpulab import compat, names
 from gpulab.compat import GpuSpec
 from gpulab.errors import UnknownValue
-from gpulab.names import Precision
+from gpulab.names import Architecture, Precision, ReportedArchitecture
 from gpulab.workloads.registry import REGISTRY
 
 TENSOR_CORES_CC = 7.0  # Volta: the first tensor cores, and NHWC layouts that feed them
@@ -37,12 +37,21 @@ class Choice:
 
 @dataclass(frozen=True)
 class PrecisionPlan:
-    architecture: str
+    # The matrix's architecture of the GPU, or what its driver reported (None: nothing, so `sm_<cc>` names it).
+    architecture: ReportedArchitecture | None
     compute_capability: float
     fp32_tflops: float | None
     fp16_tflops: float | None
     basis: str  # where the figures come from
     forced: bool = False  # chosen with --precision-plan, not read from the GPU
+
+    @property
+    def architecture_name(self) -> str:
+        """The architecture as the plan's messages and JSON name it: the matrix's name for a GPU the matrix lists,
+        the driver's ("Ada Lovelace") for one it does not, else the compute capability's sm_ name."""
+        if self.architecture is None:
+            return f"sm_{self.compute_capability}"
+        return self.architecture.driver_name if self.basis == ONLY_CC else str(self.architecture)
 
     def has(self, precision: Precision) -> bool:
         """The GPU has hardware for `precision` (TF32 and bf16 from Ampere; fp16 from sm_53)."""
@@ -66,10 +75,12 @@ class PrecisionPlan:
         if self.has(Precision.BF16):
             if not autocast:
                 return Choice(Precision.TF32, channels_last, "TF32: its Gram matrices and losses stay fp32")
-            return Choice(Precision.BF16, channels_last, f"bf16 autocast ({self.architecture} has bf16 tensor cores)")
+            return Choice(
+                Precision.BF16, channels_last, f"bf16 autocast ({self.architecture_name} has bf16 tensor cores)"
+            )
         if not autocast:
             return Choice(
-                Precision.FP32, channels_last, f"fp32: its losses need fp32 and {self.architecture} has no TF32"
+                Precision.FP32, channels_last, f"fp32: its losses need fp32 and {self.architecture_name} has no TF32"
             )
         if framework != names.DEFAULT_FRAMEWORK:
             return Choice(Precision.FP32, channels_last, f"fp32: {framework} rows offer no fp16 loss scaling here")
@@ -83,15 +94,28 @@ class PrecisionPlan:
         return Choice(Precision.FP32, channels_last, f"fp32: no faster fp16 on this GPU ({self.basis})")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "architecture": self.architecture_name}
 
 
 def architectures() -> tuple[str, ...]:
-    """The architectures the matrix knows, oldest first (what --precision-plan accepts, lower case)."""
-    seen: dict[str, float] = {}
-    for spec in compat.all_gpus():
-        seen.setdefault(spec.architecture.lower(), float(spec.compute_capability))
-    return tuple(sorted(seen, key=lambda a: seen[a]))
+    """The architectures the matrix lists a GPU of, oldest first, in lower case: what --precision-plan accepts."""
+    return tuple(a.value.lower() for a in sorted({s.architecture for s in compat.all_gpus()}))
+
+
+def plan_architecture(name: object) -> Architecture:
+    """The architecture `--precision-plan` names (in any case, as the matrix or a driver writes it) when the matrix
+    lists a GPU of it to plan by; errors.UnknownValue naming the ones it does otherwise."""
+    try:
+        architecture = Architecture.parse(name)
+    except UnknownValue:
+        architecture = None
+    if architecture is None or not _specs(architecture):
+        raise UnknownValue("architecture", name, architectures(), who="--precision-plan")
+    return architecture
+
+
+def _specs(architecture: Architecture) -> list[GpuSpec]:
+    return [s for s in compat.all_gpus() if s.architecture is architecture]
 
 
 def for_spec(spec: GpuSpec, forced: bool = False) -> PrecisionPlan:
@@ -105,16 +129,17 @@ def for_spec(spec: GpuSpec, forced: bool = False) -> PrecisionPlan:
     )
 
 
-def for_architecture(name: str) -> PrecisionPlan:
-    """The plan of the architecture's first data-centre GPU in the matrix (a P100 for pascal, a V100 for volta)."""
-    key = name.strip().lower()
-    specs = [s for s in compat.all_gpus() if s.architecture.lower() == key]
+def for_architecture(architecture: Architecture) -> PrecisionPlan:
+    """The plan of the architecture's first data-centre GPU in the matrix (a P100 for Pascal, a V100 for Volta)."""
+    specs = _specs(architecture)
     if not specs:
-        raise UnknownValue("architecture", name, architectures(), who="--precision-plan")
+        raise UnknownValue("architecture", str(architecture), architectures(), who="--precision-plan")
     return for_spec(specs[0], forced=True)
 
 
-def for_gpu(spec: GpuSpec | None, compute_capability: str | None, architecture: str | None) -> PrecisionPlan | None:
+def for_gpu(
+    spec: GpuSpec | None, compute_capability: str | None, architecture: ReportedArchitecture | None
+) -> PrecisionPlan | None:
     """The plan for a selected GPU: from its matrix entry, else from what the driver reports (no rates known)."""
     if spec is not None:
         return for_spec(spec)
@@ -123,5 +148,5 @@ def for_gpu(spec: GpuSpec | None, compute_capability: str | None, architecture: 
             cc = float(compute_capability)
         except ValueError:
             return None
-        return PrecisionPlan(architecture or f"sm_{compute_capability}", cc, None, None, ONLY_CC)
+        return PrecisionPlan(architecture, cc, None, None, ONLY_CC)
     return None

@@ -8,8 +8,9 @@ import dataclasses
 import shlex
 from dataclasses import dataclass
 
-from gpulab.compat import ARCH_CC, current, driver_branch, newest_stack, normalize_arch, plan_stack
+from gpulab.compat import ARCH_CC, current, driver_branch, matrix_arch, newest_stack, plan_stack
 from gpulab.errors import GpulabError
+from gpulab.names import Architecture, ReportedArchitecture
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,11 @@ class _Newest:
     command: str | None  # the `gpulab matrix plan` that plans it, for a GPU the matrix lists
 
 
-def judge(driver: str, model: str | None, architecture: str, cc: str | None) -> Finding | None:
+def judge(driver: str, model: str | None, architecture: ReportedArchitecture, cc: str | None) -> Finding | None:
     """A finding when `driver` runs no current build on a GPU (`model`: the matrix's name, None for a GPU it
     does not list); None when one runs, or when the driver or architecture is not one to judge by."""
     try:
-        arch = normalize_arch(architecture)
+        arch = matrix_arch(architecture)
         own_cc = cc or ARCH_CC[arch]
         age = current.driver_age(driver, own_cc)
         if age is None:
@@ -84,7 +85,7 @@ def judge(driver: str, model: str | None, architecture: str, cc: str | None) -> 
     return Finding(f"{head}; {why}; {tail}. {fix}", facts)
 
 
-def _newest(model: str | None, arch: str, cc: str | None) -> _Newest:
+def _newest(model: str | None, arch: Architecture, cc: str | None) -> _Newest:
     """The newest stack for the GPU: `gpulab matrix plan`'s for a GPU the matrix lists, else the newest the
     architecture (and the chip's own compute capability) allows."""
     if model is not None:

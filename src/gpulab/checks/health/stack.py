@@ -11,6 +11,7 @@ from gpulab.checks.health.modes import vgpu_host
 from gpulab.checks.health.verdict import failed, passed, reporter, skipped
 from gpulab.compat import gpu_for
 from gpulab.errors import GpulabError
+from gpulab.names import ReportedArchitecture
 from gpulab.records import Check, Fingerprint, GpuInfo, SoftwareInfo
 
 
@@ -152,11 +153,12 @@ def stack_supports_arch(fp: Fingerprint) -> Check:
         return skipped(name, "cannot judge architecture support: " + "; ".join(not_judged), **ev)
     judged = ", ".join(f"{k} {v}" for k, v in components.items())
     legacy = sorted(
-        {(g.architecture, _own_cc(g)) for g in fp.gpus if g.architecture and not _current_arch(g.architecture)}, key=str
+        {(g.architecture, _own_cc(g)) for g in fp.gpus if g.architecture and not _current_arch(g.architecture)},
+        key=lambda pair: str((pair[0].driver_name, pair[1])),
     )
     aged = "".join(
-        f"; {a}{f' (compute capability {cc})' if cc else ''} is a legacy architecture: the newest stack for it is "
-        f"{_newest(a, cc)}"
+        f"; {a.driver_name}{f' (compute capability {cc})' if cc else ''} is a legacy architecture: the newest stack "
+        f"for it is {_newest(a, cc)}"
         for a, cc in legacy
     )
     return passed(name, f"{', '.join(stacks)}: architecture supported by {judged}{rest}{aged}", **ev)
@@ -185,7 +187,7 @@ def _too_old_for_today(fp: Fingerprint, not_judged: list[str]) -> dict[str, tupl
     return out
 
 
-def _newest(architecture: str, compute_capability: str | None = None) -> str:
+def _newest(architecture: ReportedArchitecture, compute_capability: str | None = None) -> str:
     from gpulab.compat import newest_stack
 
     try:
@@ -201,7 +203,7 @@ def _own_cc(gpu: GpuInfo) -> str | None:
     return gpu.compute_capability or compute_capability_for_pci_id(gpu.pci_device_id)
 
 
-def _current_arch(architecture: str) -> bool:
+def _current_arch(architecture: ReportedArchitecture) -> bool:
     """The newest driver branch still supports the architecture (unknown names count as current)."""
     from gpulab.compat import newest_stack
 
@@ -213,7 +215,8 @@ def _current_arch(architecture: str) -> bool:
 
 def _named(gpu: GpuInfo) -> str:
     """A GPU as the matrix cannot name it: its reported name, PCI id and architecture."""
-    return f"{gpu.name} (PCI id {gpu.pci_device_id or '?'}, {gpu.architecture or 'architecture unknown'})"
+    arch = gpu.architecture.driver_name if gpu.architecture else "architecture unknown"
+    return f"{gpu.name} (PCI id {gpu.pci_device_id or '?'}, {arch})"
 
 
 def _model(gpu: GpuInfo) -> str:
@@ -231,10 +234,11 @@ def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[s
     driver, cuda = components.get("driver"), components.get("cuda")
     try:
         if driver and arch:
-            judged.update(driver=driver, architecture=arch)
+            judged.update(driver=driver, architecture=arch.driver_name)
             if not compat.driver_supports_arch(driver, arch):
                 problems.append(
-                    f"{_named(gpu)}: driver {driver} ({compat.driver_branch(driver)}) does not support {arch}; "
+                    f"{_named(gpu)}: driver {driver} ({compat.driver_branch(driver)}) does not support "
+                    f"{arch.driver_name}; "
                     f"the newest stack for this GPU is {_newest(arch, _own_cc(gpu))}. Fix: install that driver branch"
                 )
         if cuda and cc:
@@ -245,7 +249,8 @@ def _judge_unknown_gpu(gpu: GpuInfo, components: dict[str, str]) -> tuple[dict[s
         return {}, [], f"GPU {gpu.name} (PCI id {gpu.pci_device_id or '?'}; not in the compatibility matrix; {err})"
     if judged:
         return judged, problems, ""
-    known = ", ".join(f"{k} {v}" for k, v in (("architecture", arch), ("compute capability", cc)) if v)
+    reported = (("architecture", arch.driver_name if arch else None), ("compute capability", cc))
+    known = ", ".join(f"{k} {v}" for k, v in reported if v)
     return (
         {},
         [],

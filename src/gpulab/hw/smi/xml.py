@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulab.errors import GpulabError
+from gpulab.names import Architecture
 from gpulab.paths import CAPTURE_LIMIT, read_input_bytes
 from gpulab.records import EccErrors, GpuInfo, MemoryRetirement, MigDevice, PcieLink
 
@@ -287,7 +288,7 @@ def _gpu(index: int, gpu: ET.Element) -> GpuInfo:
         bus_id=normalise_bus_id(bus_raw),
         pci_device_id=split_pci_id(_text(pci, "pci_device_id")) or "",
         pci_subsystem_id=split_pci_id(_text(pci, "pci_sub_system_id")),
-        architecture=_text(gpu, "product_architecture"),
+        architecture=Architecture.parse_reported(arch) if (arch := _text(gpu, "product_architecture")) else None,
         pcie=PcieLink(
             gen_current=_int(link, "pcie_gen/current_link_gen"),
             gen_max=_int(link, "pcie_gen/max_link_gen"),
