@@ -41,7 +41,14 @@ class _Arithmetic:
     summary: str
 
 
-class Precision(str, enum.Enum):
+class _Word(str, enum.Enum):
+    """A word of the vocabulary: a str, so that JSON, dict keys and `==` see its value, and `str()` writes it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Precision(_Word):
     """The arithmetic a run computes in, with its meaning as properties (`.dtype`, `.tf32`, `.autocast`,
     `.spec_field`, `.loss_scaling`, `.min_compute_capability`, `.summary`). A str, so that JSON, dict keys and
     `== "bf16"` see its value; parsed here only: `Precision.parse` at the edges (the command line, study files, a
@@ -51,9 +58,6 @@ class Precision(str, enum.Enum):
     TF32 = "tf32"
     BF16 = "bf16"
     FP16 = "fp16"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def _meaning(self) -> _Arithmetic:
@@ -110,15 +114,12 @@ class Precision(str, enum.Enum):
         raise UnknownValue(what, value, REPORT_PRECISIONS)
 
 
-class NoPrecision(str, enum.Enum):
+class NoPrecision(_Word):
     """A report row's precision when the row is not arithmetic (memory copies, host transfers): "none". Apart from
     Precision, so that a Precision always has a meaning (a dtype, a datasheet rate) and a row's is asked for with
     `isinstance(row.precision, Precision)`."""
 
     NONE = "none"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _ARITHMETIC: dict[Precision, _Arithmetic] = {
@@ -167,7 +168,7 @@ class ProbeSize:
         return dataclasses.replace(self, repeats=self.repeats * factor)
 
 
-class ValidationTier(str, enum.Enum):
+class ValidationTier(_Word):
     """A validation tier's name (`pytest validate/ --tier NAME`), its meaning `.meaning` (a Tier). A str, so that
     JSON and `== "quick"` see its value; parsed here only: `ValidationTier.parse` at the edges (the suite's --tier
     option), `parse_reported` for a report's tier, which may also be a ReportOrigin."""
@@ -175,9 +176,6 @@ class ValidationTier(str, enum.Enum):
     QUICK = "quick"
     STANDARD = "standard"
     FULL = "full"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def meaning(self) -> Tier:
@@ -202,15 +200,12 @@ class ValidationTier(str, enum.Enum):
         raise UnknownValue(what, value, REPORT_TIERS)
 
 
-class ReportOrigin(str, enum.Enum):
+class ReportOrigin(_Word):
     """A report's tier when no validation tier wrote it: `gpulab run` / `sweep` / `study` ("run"), or a study's
     published figures transcribed with their provenance ("published", studies/baselines/)."""
 
     RUN = "run"
     PUBLISHED = "published"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -266,16 +261,13 @@ def tier(name: object) -> Tier:
 
 
 # -- communication backends ----------------------------------------------------------------------------------
-class CommBackend(str, enum.Enum):
+class CommBackend(_Word):
     """The process group's backend under torch.distributed (DDP, the all-reduce probe): NCCL between GPUs, gloo
     between CPU processes. Not a framework's backend (gpulab.launch.backends). A str, so that JSON writes its value;
     parsed here only: `CommBackend.parse` at the edges (the command line, a worker's message, a report)."""
 
     NCCL = "nccl"
     GLOO = "gloo"
-
-    def __str__(self) -> str:
-        return self.value
 
     @classmethod
     def parse(cls, value: object, what: str = "DDP backend") -> CommBackend:
@@ -299,7 +291,7 @@ COMM_BACKENDS: tuple[str, ...] = tuple(b.value for b in CommBackend)
 
 
 # -- launchers and frameworks --------------------------------------------------------------------------------
-class Launcher(str, enum.Enum):
+class Launcher(_Word):
     """How a run's processes start and use their devices: `cpu` (threads), `gpu` (one GPU), `ddp` (one process
     per device in a torch.distributed process group, as torchrun starts them: DDP and the all-reduce probes),
     `dataparallel` (one process over several GPUs), `mirrored` (TensorFlow's MirroredStrategy) and `sweep`
@@ -313,9 +305,6 @@ class Launcher(str, enum.Enum):
     DATAPARALLEL = "dataparallel"
     MIRRORED = "mirrored"
     SWEEP = "sweep"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def one_device(self) -> bool:
@@ -435,7 +424,7 @@ def _driver_spelling(value: object, what: str) -> re.Match[str]:
 
 
 # -- GPU architectures ---------------------------------------------------------------------------------------
-class Architecture(str, enum.Enum):
+class Architecture(_Word):
     """A GPU architecture the compatibility matrix lists, its value the matrix's name. Ordered by age, oldest first
     (`arch >= Architecture.AMPERE`); `.driver_name` is how NVML and nvidia-smi name it ("Ada Lovelace"). A str, so
     that JSON and dict keys see the matrix's name; parsed here only: `Architecture.parse` where the matrix or a
@@ -452,9 +441,6 @@ class Architecture(str, enum.Enum):
     ADA = "Ada"
     HOPPER = "Hopper"
     BLACKWELL = "Blackwell"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def driver_name(self) -> str:
