@@ -10,7 +10,7 @@ runs of one sweep), pset id (`_pset_id`), host (`_exec_host`), runtime (`_pset_r
 A later sweep into the same directory appends rows under a new run id.
 
 With more runs than GPUs (a multiple), each GPU runs its share one after another: the pool has one thread per GPU
-and a run takes whichever GPU is free (a file lock keeps two runs off one GPU).
+and a run takes whichever GPU is free.
 
 The sweep's Result: n = the GPUs used, value = the machine's throughput while every GPU runs (the samples/s of
 the runs on each GPU, averaged per GPU, added over the GPUs; with one run per GPU simply their sum), seconds =
@@ -25,10 +25,10 @@ GPUs, says how a process is pinned to one, and names the worker module each run 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -55,26 +55,16 @@ DATABASE_JSON = "database.json"
 
 
 @contextlib.contextmanager
-def _gpu_slot(slots: list[tuple[str, str]], lock_dir: Path) -> Iterator[tuple[int, str, str]]:
+def _gpu_slot(slots: list[tuple[str, str]], free: queue.SimpleQueue[int]) -> Iterator[tuple[int, str, str]]:
     """Hold one of the sweep's devices (slot, label, CUDA_VISIBLE_DEVICES value) for the length of one run.
 
-    The pool has one thread per device, so a thread always finds a free one; the lock keeps two runs off one GPU.
+    The pool has one thread per device, so a thread always finds a free one; taking it keeps two runs off one GPU.
     """
-    while True:
-        for k, slot in enumerate(slots):
-            fh = (lock_dir / f"slot-{k}.lock").open("w")
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            try:
-                yield (k, *slot)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-                fh.close()
-            return
-        time.sleep(0.05)
+    k = free.get()
+    try:
+        yield (k, *slots[k])
+    finally:
+        free.put(k)
 
 
 def _sweep_run(
@@ -82,6 +72,7 @@ def _sweep_run(
     *,
     pool: SweepPool,
     slots: list[tuple[str, str]],
+    free: queue.SimpleQueue[int],
     peers: int,
     work_dir: str,
     timeout_s: float,
@@ -97,7 +88,7 @@ def _sweep_run(
     config.write_text(pset["config"])
     ready = Path(work_dir) / "ready"
     failure: str | None = None
-    with _gpu_slot(slots, Path(work_dir)) as (slot, label, visible):
+    with _gpu_slot(slots, free) as (slot, label, visible):
         # The run ends with this process (gpulab.interrupts.stop_with_parent), killed outright too: no run trains on
         # after its sweep.
         env = child_env(dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(pset["threads"])))
@@ -210,6 +201,9 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     before = _read_database(sweep_dir)
     slots = [(f"cuda:{k}", backend.pin(k)) for k in ordinals] or [("cpu", "")] * gpus
+    free: queue.SimpleQueue[int] = queue.SimpleQueue()  # the slots no run holds
+    for k in range(len(slots)):
+        free.put(k)
     message = WorkerMessage(
         cfg, plan, Launcher.SWEEP, builder=builder, threads=threads, gpu=on_gpu, start_timeout_s=float(timeout_s)
     )
@@ -221,6 +215,7 @@ def run_sweep(launch: Launch, *, first_gpu: int = 0) -> Result:
             _sweep_run,
             pool=pool,
             slots=slots,
+            free=free,
             peers=min(runs, gpus),
             work_dir=work_dir,
             timeout_s=float(timeout_s),
