@@ -39,7 +39,7 @@ from gpulab.records.report import (
     spread_from_dict,
 )
 from gpulab.records.run import RunConfig
-from gpulab.records.study import BatchProbe, PackingProbe, Sizing, SizingProbe
+from gpulab.records.study import BatchProbe, PackingProbe, Sizing, SizingProbe, measured
 
 __all__ = [
     "CAPTURE_SOURCE_PREFIX",
@@ -74,6 +74,7 @@ __all__ = [
     "Status",
     "TelemetrySummary",
     "Threshold",
+    "measured",
     "result_from_dict",
     "scaling_from_dict",
     "spread_from_dict",

@@ -5,12 +5,13 @@ each probe run a typed record (PackingProbe, BatchProbe)."""
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeAlias
 
 
-def _number(value: Any) -> float | None:
-    """A measured figure as JSON holds it: a finite number, else None (not measured, or unreadable)."""
+def measured(value: Any) -> float | None:
+    """A measured figure as JSON or a study database's row holds it: a finite number, else None (not measured, or
+    unreadable)."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
 
@@ -25,14 +26,14 @@ class PackingProbe:
     run_s: float | None  # the timed loop
 
     def to_json(self) -> dict[str, float | None]:
-        return {f.name: value for f, value in zip(fields(self), astuple(self), strict=True)}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Any) -> PackingProbe | None:
         """The probe a sessions.json entry holds (a figure it lacks or cannot read is None); None for no mapping."""
         if not isinstance(data, dict):
             return None
-        return cls(*(_number(data.get(f.name)) for f in fields(cls)))
+        return cls(*(measured(data.get(f.name)) for f in fields(cls)))
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,13 @@ class BatchProbe:
         return peak / max(1.0, runs), total - context
 
     def to_json(self) -> dict[str, bool | float | None]:
-        return {f.name: value for f, value in zip(fields(self), astuple(self), strict=True)}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Any) -> BatchProbe | None:
         if not isinstance(data, dict):
             return None
-        return cls(data.get("finished") is True, *(_number(data.get(f.name)) for f in fields(cls)[1:]))
+        return cls(data.get("finished") is True, *(measured(data.get(f.name)) for f in fields(cls)[1:]))
 
 
 SizingProbe: TypeAlias = PackingProbe | BatchProbe

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpulab.records import BatchProbe, Sizing
+from gpulab.records import BatchProbe, Sizing, measured
 from gpulab.studies.packing import AUTO, auto_or_count
 
 KEY = "batch_runs"  # the chosen size's name in sessions.json
@@ -116,19 +116,8 @@ def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:
 
 def probe_from(row: dict[str, Any]) -> BatchProbe:
     """A probe batch's run from its result columns (psweep's names, ending in _)."""
-
-    def number(key: str) -> float | None:
-        value = row.get(key)
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-    return BatchProbe(
-        row.get("status_") == "ok",
-        number("timed_s_"),
-        number("batch_memory_mib_"),
-        number("batch_runs_"),
-        number("gpu_total_mib_"),
-        number("gpu_context_mib_"),
-    )
+    columns = ("timed_s_", "batch_memory_mib_", "batch_runs_", "gpu_total_mib_", "gpu_context_mib_")
+    return BatchProbe(row.get("status_") == "ok", *(measured(row.get(c)) for c in columns))
 
 
 def size_from_probe(probes: Sequence[BatchProbe], remaining: int, workers: int) -> tuple[int, str]:

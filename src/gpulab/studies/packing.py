@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpulab.errors import GpulabError
-from gpulab.records import PackingProbe, Sizing
+from gpulab.records import PackingProbe, Sizing, measured
 
 AUTO = "auto"
 KEY = "per_gpu"  # the chosen count's name in sessions.json
@@ -124,12 +124,9 @@ def size(probes: Sequence[PackingProbe], *, cores: int, gpus: int) -> tuple[int,
 
 def probe_from(row: dict[str, Any], busy: float | None) -> PackingProbe:
     """A probe from a run's result columns (psweep's names, ending in _) and the GPU's measured busy fraction."""
-
-    def number(key: str) -> float | None:
-        value = row.get(key)
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-    return PackingProbe(number("gpu_process_mib_"), number("gpu_total_mib_"), busy, number("timed_s_"))
+    return PackingProbe(
+        measured(row.get("gpu_process_mib_")), measured(row.get("gpu_total_mib_")), busy, measured(row.get("timed_s_"))
+    )
 
 
 def recorded(sessions: Sequence[dict[str, Any]]) -> int | None:

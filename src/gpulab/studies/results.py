@@ -8,28 +8,21 @@ launcher and GPU count. The report holds this machine's fingerprint; it is rewri
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gpulab import names
-from gpulab.records import Report, Result
+from gpulab.records import Report, Result, measured
 
 REPORT_JSON = "report.json"
 
 
 def _one_batch(members: list[dict[str, Any]]) -> int | None:
     """The runs' batch where they share one (a varied batch is told apart in the runs table, not here)."""
-    batches = {int(b) for b in (_num(r.get("batch")) for r in members) if b is not None}
+    batches = {int(b) for b in (measured(r.get("batch")) for r in members) if b is not None}
     return batches.pop() if len(batches) == 1 else None
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _group(row: dict[str, Any]) -> tuple[names.Launcher, int, str]:
@@ -37,11 +30,11 @@ def _group(row: dict[str, Any]) -> tuple[names.Launcher, int, str]:
     launcher = row.get("launcher_used")
     if isinstance(launcher, str):
         used = names.Launcher.parse(launcher, "the study database's launcher_used")
-        return used, int(_num(row.get("gpus_used")) or 1), ""
+        return used, int(measured(row.get("gpus_used")) or 1), ""
     device = str(row.get("device") or "cpu")
     if device.startswith("gpu"):
         return names.Launcher.GPU, 1, device.split()[0]
-    return names.Launcher.CPU, int(_num(row.get("threads")) or 1), "cpu"
+    return names.Launcher.CPU, int(measured(row.get("threads")) or 1), "cpu"
 
 
 def study_work(study: Any, members: list[dict[str, Any]]) -> dict[str, Any]:
@@ -68,14 +61,14 @@ def study_work(study: Any, members: list[dict[str, Any]]) -> dict[str, Any]:
 def study_results(rows: Iterable[dict[str, Any]], study: Any) -> list[Result]:
     groups: dict[tuple[names.Launcher, int, str], list[dict[str, Any]]] = {}
     for row in rows:
-        if row.get("status") == "ok" and _num(row.get("samples_per_s")):
+        if row.get("status") == "ok" and measured(row.get("samples_per_s")):
             groups.setdefault(_group(row), []).append(row)
     results = []
     gpu_devices = sorted({d for (_, _, d) in groups if d.startswith("gpu")})
     for (launcher, n, device), members in sorted(groups.items()):
-        rates = [_num(r["samples_per_s"]) or 0.0 for r in members]
-        timed = [t for t in (_num(r.get("timed_s")) for r in members) if t is not None]
-        steps = [s for s in (_num(r.get("steps_run")) for r in members) if s is not None]
+        rates = [measured(r["samples_per_s"]) or 0.0 for r in members]
+        timed = [t for t in (measured(r.get("timed_s")) for r in members) if t is not None]
+        steps = [s for s in (measured(r.get("steps_run")) for r in members) if s is not None]
         precisions = sorted({str(r.get("precision_used")) for r in members if r.get("precision_used")})
         label = f"cuda:{gpu_devices.index(device)}" if device in gpu_devices else (device or None)
         results.append(
