@@ -474,7 +474,7 @@ class Architecture(_Word):
         "Hopper"), or errors.UnknownValue naming `what` and the choices. `who` prefixes the message."""
         if isinstance(value, Architecture):
             return value
-        found = _ARCHITECTURE_SPELLINGS.get(" ".join(value.lower().split())) if isinstance(value, str) else None
+        found = _spelled(value)
         if found is None:
             raise UnknownValue(what, value, ARCHITECTURES, who=who)
         return found
@@ -488,7 +488,7 @@ class Architecture(_Word):
             return value
         if not isinstance(value, str) or not value.strip():
             raise UnknownValue(what, value, ARCHITECTURES)
-        found = _ARCHITECTURE_SPELLINGS.get(" ".join(value.lower().split()))
+        found = _spelled(value)
         return found if found is not None else UnlistedArchitecture(value)
 
     @classmethod
@@ -523,6 +523,13 @@ _ARCHITECTURE_SPELLINGS: dict[str, Architecture] = {
     **{a.value.lower(): a for a in Architecture},
     **{a.driver_name.lower(): a for a in Architecture},
 }
+
+
+def _spelled(value: object) -> Architecture | None:
+    """The architecture a text spells as the matrix or a driver does, in any case and spacing; None for another."""
+    return _ARCHITECTURE_SPELLINGS.get(" ".join(value.lower().split())) if isinstance(value, str) else None
+
+
 # nvmlDeviceArchitecture_t (nvml.h) -> the architecture; 13 (Rubin) is newer than the matrix.
 _NVML_CODES: dict[int, ReportedArchitecture] = {
     2: Architecture.KEPLER,

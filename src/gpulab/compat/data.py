@@ -219,12 +219,15 @@ class Matrix:
 
 def _arch(entry: Entry, key: str) -> Architecture:
     value = entry.text(key)
+    return _architecture(value, f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}.")
+
+
+def _architecture(text: str, refused: str) -> Architecture:
+    """The architecture matrix.yml names with `text`, or a GpulabError saying `refused` (where in the file)."""
     try:
-        return Architecture.parse(value)
+        return Architecture.parse(text)
     except UnknownValue:
-        raise GpulabError(
-            f"matrix.yml: {entry.where}.{key}={value!r} is not one of {', '.join(ARCHITECTURES)}."
-        ) from None
+        raise GpulabError(refused) from None
 
 
 def _gpu(e: Entry) -> GpuSpec:
@@ -292,17 +295,13 @@ def _branch_text(where: str, value: str, example: str) -> str:
 
 def _driver(e: Entry) -> BranchEntry:
     branch = _branch_text(f"{e.where}.branch", e.text("branch"), "R580")
-    archs = []
-    for text in e.texts("architectures"):
-        try:
-            archs.append(Architecture.parse(text))
-        except UnknownValue:
-            raise GpulabError(f"matrix.yml: {e.where}.architectures has unknown {text!r}.") from None
+    archs = [
+        _architecture(text, f"matrix.yml: {e.where}.architectures has unknown {text!r}.")
+        for text in e.texts("architectures")
+    ]
     okm = e.opt_text("open_kernel_modules")
-    try:
-        oldest_open = None if okm is None else Architecture.parse(okm)
-    except UnknownValue:
-        raise GpulabError(f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture.") from None
+    refused = f"matrix.yml: {e.where}.open_kernel_modules={okm!r} is not an architecture."
+    oldest_open = None if okm is None else _architecture(okm, refused)
     recommended = e.version("recommended")
     number = DriverBranch.parse(branch).number
     if versions.major(recommended) != number:
